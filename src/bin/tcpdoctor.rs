@@ -1,0 +1,169 @@
+//! The `tcpdoctor` command: a thin layer over the library.
+
+use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tcpdoctor::analyze::{self, Options};
+use tcpdoctor::capture::Capture;
+use tcpdoctor::filter::Filter;
+use tcpdoctor::report::{self, Report};
+
+/// Exit codes (also in the README).
+mod exit {
+    /// Analysis ran on all input.
+    pub const OK: u8 = 0;
+    /// Bad command line (clap uses 2 as well).
+    pub const USAGE: u8 = 2;
+    /// No input could be read: missing file, not a capture, empty, unsupported link type.
+    pub const INPUT: u8 = 3;
+    /// Results printed, but part of the input was damaged or skipped (see warnings).
+    pub const PARTIAL: u8 = 4;
+}
+
+#[derive(Parser)]
+#[command(
+    name = "tcpdoctor",
+    version,
+    about = "Finds where a TCP request's milliseconds go and names the cause with evidence."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Analyse pcap/pcapng captures: verdict, per-connection table, time breakdown, ladder.
+    Analyze(AnalyzeArgs),
+    /// Analyse the real captures bundled in tcpdoctor (nginx with tcp_nodelay off, then on).
+    Demo {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct AnalyzeArgs {
+    /// Capture files (pcap or pcapng); `-` reads standard input.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Print the findings as JSON (schema in the README).
+    #[arg(long)]
+    json: bool,
+    /// Only segments matching a tcpdump-style filter, e.g. 'tcp port 8080 and host 10.0.0.1'.
+    #[arg(long, value_name = "EXPR")]
+    filter: Option<String>,
+    /// Draw this connection's packet ladder (ID from the connection table; `F:N` with several files).
+    #[arg(long, value_name = "ID")]
+    flow: Option<String>,
+    /// Most rows in a ladder.
+    #[arg(long, default_value_t = 60, value_name = "N")]
+    ladder_rows: usize,
+}
+
+fn print(s: &str) {
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`| head`) is not an error worth reporting.
+    let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+}
+
+fn output(r: &Report, json: bool) {
+    if json {
+        let mut s = serde_json::to_string_pretty(r).unwrap_or_default();
+        s.push('\n');
+        print(&s);
+    } else {
+        print(&report::render(r));
+    }
+}
+
+fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("tcpdoctor: {msg}");
+    ExitCode::from(code)
+}
+
+fn run_analyze(a: AnalyzeArgs) -> ExitCode {
+    let filter = match a.filter.as_deref().map(Filter::parse).transpose() {
+        Ok(f) => f,
+        Err(e) => return fail(exit::USAGE, format!("--filter: {e}")),
+    };
+    let stdin_count = a.files.iter().filter(|f| f.as_os_str() == "-").count();
+    if stdin_count > 1 {
+        return fail(exit::USAGE, "standard input (`-`) can be given only once");
+    }
+    let mut caps = Vec::new();
+    let mut skipped = Vec::new();
+    for f in &a.files {
+        match Capture::open(f) {
+            Ok(c) => caps.push(c),
+            Err(e) => skipped.push(format!("{}: {e}", f.display())),
+        }
+    }
+    if caps.is_empty() {
+        return fail(exit::INPUT, &skipped[0]);
+    }
+    let opts = Options {
+        filter,
+        flow: a.flow.clone(),
+        ladder_rows: a.ladder_rows,
+    };
+    let mut r = match analyze::analyze(&caps, &opts) {
+        Ok(r) => r,
+        Err(e) if skipped.is_empty() => return fail(exit::INPUT, e),
+        Err(e) => return fail(exit::INPUT, format!("{e}; also {}", skipped.join("; "))),
+    };
+    for s in &skipped {
+        r.warnings.insert(0, format!("{s} (file skipped)"));
+    }
+    if let Some(id) = &a.flow
+        && r.ladder
+            .as_ref()
+            .is_none_or(|l| &l.connection != id && !l.connection.ends_with(&format!(":{id}")))
+    {
+        return fail(
+            exit::USAGE,
+            format!("--flow {id}: no such connection (ids are in the CONNECTIONS table)"),
+        );
+    }
+    output(&r, a.json);
+    let partial = r.inputs.len() < a.files.len()
+        || r.inputs
+            .iter()
+            .any(|i| i.damage.is_some() || i.malformed_packets > 0);
+    if partial {
+        eprintln!(
+            "tcpdoctor: warning: part of the input was damaged or skipped; results cover the rest ({} warnings)",
+            r.warnings.len()
+        );
+        return ExitCode::from(exit::PARTIAL);
+    }
+    ExitCode::from(exit::OK)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Analyze(a) => run_analyze(a),
+        Cmd::Demo { json } => match tcpdoctor::demo::run() {
+            Ok(reports) => {
+                if json {
+                    let v: Vec<_> = reports.iter().map(|(_, r)| r).collect();
+                    print(&format!(
+                        "{}\n",
+                        serde_json::to_string_pretty(&v).unwrap_or_default()
+                    ));
+                } else {
+                    for (title, r) in &reports {
+                        print(&format!("== {title}\n\n"));
+                        output(r, false);
+                        print("\n");
+                    }
+                }
+                ExitCode::from(exit::OK)
+            }
+            Err(e) => fail(exit::INPUT, e),
+        },
+    }
+}

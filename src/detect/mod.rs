@@ -1,0 +1,257 @@
+//! Cause detectors. Each is a small state machine fed one connection's
+//! [`Event`]s in order; what it concludes comes out as [`Observation`]s.
+//! They do no I/O and keep no global state, so each is tested on hand-built
+//! event sequences as well as on real captures.
+
+pub mod exchange;
+pub mod handshake;
+pub mod http;
+pub mod nagle;
+pub mod window;
+
+use crate::tcp::{ConnInfo, DataClass, Event, EventKind, Side};
+
+/// Nagle + delayed-ACK stall: one held segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// The side whose segment was held (runs Nagle).
+    pub nagle: Side,
+    /// Frame of the small unacknowledged segment that made Nagle wait.
+    pub small_frame: u64,
+    /// Frame of the late pure ACK from the other side.
+    pub ack_frame: u64,
+    /// Frame of the held segment.
+    pub held_frame: u64,
+    /// Small segment → its ACK, as seen at the capture point, ns.
+    pub ack_delay_ns: i64,
+    /// Small segment → held segment: the time the held bytes lost, ns.
+    pub stall_ns: i64,
+}
+
+/// One request/response exchange (client message, then server message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Exchange {
+    /// First and last request segment times, ns.
+    pub req_first: i64,
+    /// Last request segment time.
+    pub req_last: i64,
+    /// First response segment time.
+    pub resp_first: i64,
+    /// Last response segment time.
+    pub resp_last: i64,
+    /// Request payload bytes.
+    pub req_bytes: u64,
+    /// Response payload bytes.
+    pub resp_bytes: u64,
+    /// Nagle stall time inside the request (client-held), ns.
+    pub req_stall: i64,
+    /// Nagle stall time inside the response (server-held), ns.
+    pub resp_stall: i64,
+    /// First frame of the request.
+    pub first_frame: u64,
+    /// Last frame of the response.
+    pub last_frame: u64,
+}
+
+/// What a detector concluded from an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observation {
+    /// A Nagle + delayed-ACK stall.
+    Stall(Stall),
+    /// A completed exchange.
+    Exchange(Exchange),
+    /// Bytes sent again.
+    Retransmission {
+        /// Sender.
+        from: Side,
+        /// Frame of the re-sent segment.
+        frame: u64,
+        /// How long after the first copy (or after the gap appeared), ns.
+        since_ns: i64,
+    },
+    /// A SYN or SYN-ACK had to be sent more than once.
+    SynRetry {
+        /// Client (SYN) or server (SYN-ACK).
+        from: Side,
+        /// Extra copies sent.
+        retries: u32,
+        /// First SYN → the answer that completed the handshake (or to the last copy if unanswered), ns.
+        delay_ns: i64,
+        /// Whether the handshake completed.
+        answered: bool,
+        /// Frame of the first copy and of the last.
+        frames: [u64; 2],
+    },
+    /// A side advertised a zero receive window, stalling its peer.
+    ZeroWindow {
+        /// The side that could not take more data.
+        from: Side,
+        /// How long the window stayed closed, ns.
+        duration_ns: i64,
+        /// Frames where it closed and reopened.
+        frames: [u64; 2],
+    },
+}
+
+/// All detectors' state for one connection.
+#[derive(Debug, Default)]
+pub struct Detectors {
+    nagle: nagle::Nagle,
+    exchanges: exchange::Exchanges,
+    handshake: handshake::Handshake,
+    window: window::ZeroWindow,
+    /// HTTP `Server:` value from the first response, if any.
+    pub server_software: Option<String>,
+}
+
+impl Detectors {
+    /// Runs every detector on one event; `payload` is the captured payload of its segment.
+    pub fn step(
+        &mut self,
+        info: &ConnInfo,
+        ev: &Event,
+        payload: &[u8],
+        out: &mut impl FnMut(Observation),
+    ) {
+        if let EventKind::Data {
+            class: DataClass::Retransmission { since_ns, .. },
+            ..
+        } = ev.kind
+        {
+            out(Observation::Retransmission {
+                from: ev.from,
+                frame: ev.frame,
+                since_ns,
+            });
+        }
+        if self.server_software.is_none()
+            && ev.from == Side::Server
+            && matches!(
+                ev.kind,
+                EventKind::Data {
+                    seq: 1,
+                    class: DataClass::New,
+                    ..
+                }
+            )
+        {
+            self.server_software = http::server_header(payload).map(str::to_string);
+        }
+        let stall = self.nagle.step(info, ev);
+        if let Some(s) = stall {
+            out(Observation::Stall(s));
+        }
+        if let Some(x) = self.exchanges.step(ev, stall.as_ref()) {
+            out(Observation::Exchange(x));
+        }
+        if let Some(o) = self.handshake.step(ev) {
+            out(o);
+        }
+        if let Some(o) = self.window.step(ev) {
+            out(o);
+        }
+    }
+
+    /// Flushes what is still open when the connection ends at `last_ts`.
+    pub fn finish(&mut self, last_ts: i64, out: &mut impl FnMut(Observation)) {
+        if let Some(x) = self.exchanges.finish() {
+            out(Observation::Exchange(x));
+        }
+        if let Some(o) = self.handshake.finish() {
+            out(o);
+        }
+        self.window.finish(last_ts, out);
+    }
+}
+
+/// Test helpers: build event sequences by hand.
+#[cfg(test)]
+pub(crate) mod build {
+    use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, Side};
+    use crate::wire::Endpoint;
+
+    pub const MS: i64 = 1_000_000;
+    pub const US: i64 = 1_000;
+
+    pub fn info(rtt_client: i64, rtt_server: i64) -> ConnInfo {
+        ConnInfo {
+            id: 1,
+            client: Endpoint {
+                ip: [127, 0, 0, 1].into(),
+                port: 40000,
+            },
+            server: Endpoint {
+                ip: [127, 0, 0, 1].into(),
+                port: 8080,
+            },
+            roles: RoleSource::Handshake,
+            mss: [Some(1448), Some(1448)],
+            rtt_to: [Some(rtt_client), Some(rtt_server)],
+        }
+    }
+
+    /// A sequence builder that numbers frames and tracks both sides' sequence numbers.
+    pub struct Seq {
+        pub events: Vec<Event>,
+        next: [i64; 2],
+        frame: u64,
+    }
+
+    impl Seq {
+        pub fn new() -> Seq {
+            Seq {
+                events: Vec::new(),
+                next: [1, 1],
+                frame: 0,
+            }
+        }
+        fn push(&mut self, t: i64, from: Side, kind: EventKind, window: u64) -> u64 {
+            self.frame += 1;
+            let ack = Some(self.next[from.other().idx()]);
+            self.events.push(Event {
+                ts_ns: t,
+                frame: self.frame,
+                from,
+                kind,
+                ack,
+                window,
+            });
+            self.frame
+        }
+        /// New data of `len` bytes from `from` at time `t`.
+        pub fn data(&mut self, t: i64, from: Side, len: u32) -> u64 {
+            let seq = self.next[from.idx()];
+            self.next[from.idx()] += i64::from(len);
+            self.push(
+                t,
+                from,
+                EventKind::Data {
+                    seq,
+                    len,
+                    class: DataClass::New,
+                },
+                65535,
+            )
+        }
+        /// The last `len` bytes of `from` sent again.
+        pub fn resend(&mut self, t: i64, from: Side, len: u32, since_ns: i64) -> u64 {
+            let seq = self.next[from.idx()] - i64::from(len);
+            let class = DataClass::Retransmission {
+                since_ns,
+                original_frame: None,
+            };
+            self.push(t, from, EventKind::Data { seq, len, class }, 65535)
+        }
+        /// A pure ACK from `from` covering everything the other side sent.
+        pub fn ack(&mut self, t: i64, from: Side) -> u64 {
+            self.push(t, from, EventKind::Ack, 65535)
+        }
+        /// A pure ACK advertising `window` bytes.
+        pub fn ack_window(&mut self, t: i64, from: Side, window: u64) -> u64 {
+            self.push(t, from, EventKind::Ack, window)
+        }
+        pub fn syn(&mut self, t: i64, from: Side, retransmit: bool) -> u64 {
+            self.push(t, from, EventKind::Syn { retransmit }, 65535)
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Nagle + delayed ACK.
+//!
+//! Signature, for a sender A and its peer B (see KNOWLEDGE.md §1):
+//! 1. A sends a small (sub-MSS) new segment S1;
+//! 2. B sends no data, and its first ACK covering S1 is a pure ACK that comes
+//!    late: at least [`LATE_NS`] beyond the round trip from the capture point to B;
+//! 3. A's next new bytes continue right after S1 and leave as soon as that ACK
+//!    reaches A: within about the round trip from the capture point to A
+//!    (microseconds when captured on A, one RTT when captured on B).
+//!
+//! An application pause that merely overlaps a delayed ACK fails 3 (its data
+//! comes well after the ACK); loss fails 2 or is excluded by the re-send; a
+//! zero window is excluded because the ACK then opens a closed window.
+
+use super::Stall;
+use crate::tcp::{ConnInfo, DataClass, Event, EventKind};
+
+/// Minimum ACK delay beyond the RTT to call it "delayed". Linux delays at
+/// least 40 ms (HZ/25), macOS ~100 ms, Windows up to 200 ms.
+pub const LATE_NS: i64 = 30_000_000;
+/// Slack on "at once": scheduling and capture jitter.
+pub const PROMPT_SLACK_NS: i64 = 1_000_000;
+
+#[derive(Clone, Copy, Debug)]
+struct Small {
+    end: i64,
+    ts: i64,
+    frame: u64,
+    len: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LateAck {
+    ts: i64,
+    frame: u64,
+    delay: i64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Watch {
+    /// A's last new segment, still waiting for its first ACK.
+    last: Option<Small>,
+    /// Set when that first ACK was late.
+    late: Option<LateAck>,
+}
+
+/// Per-connection state: one watch per sending side.
+#[derive(Debug, Default)]
+pub struct Nagle {
+    watch: [Watch; 2],
+}
+
+impl Nagle {
+    /// Feeds one event; returns a stall when this event is a held segment.
+    pub fn step(&mut self, info: &ConnInfo, ev: &Event) -> Option<Stall> {
+        let a = ev.from;
+        match ev.kind {
+            EventKind::Data {
+                seq,
+                len,
+                class: DataClass::New,
+            } => {
+                // B's data (piggybacking its ACK) ends any stall A could be in.
+                self.watch[a.other().idx()] = Watch::default();
+                let w = &mut self.watch[a.idx()];
+                let found = match (w.last, w.late) {
+                    (Some(s), Some(l)) if s.end == seq => {
+                        let gap = ev.ts_ns - l.ts;
+                        (gap <= 2 * info.rtt_to(a) + PROMPT_SLACK_NS).then_some(Stall {
+                            nagle: a,
+                            small_frame: s.frame,
+                            ack_frame: l.frame,
+                            held_frame: ev.frame,
+                            ack_delay_ns: l.delay,
+                            stall_ns: ev.ts_ns - s.ts,
+                        })
+                    }
+                    _ => None,
+                };
+                *w = Watch {
+                    last: Some(Small {
+                        end: seq + i64::from(len),
+                        ts: ev.ts_ns,
+                        frame: ev.frame,
+                        len,
+                    }),
+                    late: None,
+                };
+                found
+            }
+            EventKind::Data { .. } => {
+                // A re-send or probe: whatever A waits for now is not Nagle's doing.
+                self.watch[a.idx()] = Watch::default();
+                None
+            }
+            EventKind::Ack => {
+                let w = &mut self.watch[a.other().idx()];
+                let (Some(s), Some(ack)) = (w.last, ev.ack) else {
+                    return None;
+                };
+                if w.late.is_some() || ack < s.end {
+                    return None;
+                }
+                let delay = ev.ts_ns - s.ts;
+                let small = info.mss[a.other().idx()].is_none_or(|m| s.len < m);
+                let late = delay - info.rtt_to(a) >= LATE_NS && small && ev.window > 0;
+                if late {
+                    w.late = Some(LateAck {
+                        ts: ev.ts_ns,
+                        frame: ev.frame,
+                        delay,
+                    });
+                } else {
+                    // Acked in time (or not a Nagle case): nothing can be held on it.
+                    w.last = None;
+                }
+                None
+            }
+            EventKind::Syn { .. } | EventKind::Fin | EventKind::Rst => {
+                self.watch = Default::default();
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::build::{MS, Seq, US, info};
+    use crate::tcp::Side::{Client, Server};
+
+    fn stalls(info: &ConnInfo, s: &Seq) -> Vec<Stall> {
+        let mut n = Nagle::default();
+        s.events.iter().filter_map(|e| n.step(info, e)).collect()
+    }
+
+    /// Write-write-read server captured on the server: header, 44 ms late ACK, body.
+    #[test]
+    fn server_held_body_captured_at_server() {
+        let mut s = Seq::new();
+        s.data(0, Client, 80);
+        let small = s.data(30 * US, Server, 120);
+        let ack = s.ack(44 * MS, Client);
+        let held = s.data(44 * MS + 15 * US, Server, 600);
+        let got = stalls(&info(20 * US, 0), &s);
+        assert_eq!(got.len(), 1);
+        let st = got[0];
+        assert_eq!(
+            (st.nagle, st.small_frame, st.ack_frame, st.held_frame),
+            (Server, small, ack, held)
+        );
+        assert_eq!(st.stall_ns, 44 * MS + 15 * US - 30 * US);
+    }
+
+    /// Same stall captured at the client over a 10 ms path: the body trails the ACK by one RTT.
+    #[test]
+    fn server_held_body_captured_at_client() {
+        let mut s = Seq::new();
+        s.data(0, Client, 80);
+        s.data(10 * MS, Server, 120);
+        s.ack(50 * MS, Client);
+        s.data(60 * MS + 200 * US, Server, 600);
+        assert_eq!(stalls(&info(0, 10 * MS), &s).len(), 1);
+    }
+
+    /// Client-side Nagle: a POST written as header then body; the server delays its ACK.
+    #[test]
+    fn client_held_request_body() {
+        let mut s = Seq::new();
+        s.data(0, Client, 150);
+        s.ack(40 * MS, Server);
+        s.data(40 * MS + 10 * US, Client, 20);
+        let got = stalls(&info(0, 20 * US), &s);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].nagle, Client);
+    }
+
+    /// App with TCP_NODELAY pausing 45 ms mid-response: the data comes 5 ms after the ACK.
+    #[test]
+    fn a_pause_that_overlaps_a_delayed_ack_is_not_nagle() {
+        let mut s = Seq::new();
+        s.data(0, Client, 80);
+        s.data(30 * US, Server, 120);
+        s.ack(40 * MS, Client);
+        s.data(45 * MS, Server, 600);
+        assert!(stalls(&info(20 * US, 0), &s).is_empty());
+    }
+
+    /// A server that thinks 45 ms then writes once: the late ACK is the server's, and the
+    /// client's next bytes come only after the response.
+    #[test]
+    fn think_time_is_not_nagle() {
+        let mut s = Seq::new();
+        for i in 0..3 {
+            let t = i * 50 * MS;
+            s.data(t, Client, 80);
+            s.ack(t + 40 * MS, Server);
+            s.data(t + 45 * MS, Server, 700);
+        }
+        assert!(stalls(&info(20 * US, 20 * US), &s).is_empty());
+    }
+
+    /// The small segment is lost and re-sent after an RTO: not a stall.
+    #[test]
+    fn loss_is_not_nagle() {
+        let mut s = Seq::new();
+        s.data(0, Client, 80);
+        s.data(30 * US, Server, 120);
+        s.resend(210 * MS, Server, 120, 210 * MS);
+        s.ack(210 * MS + 30 * US, Client);
+        s.data(210 * MS + 40 * US, Server, 600);
+        assert!(stalls(&info(20 * US, 0), &s).is_empty());
+    }
+
+    /// The ACK that reopens a zero window is late for flow control, not Nagle.
+    #[test]
+    fn zero_window_reopening_is_not_nagle() {
+        let mut s = Seq::new();
+        s.data(0, Server, 120);
+        s.ack_window(100 * MS, Client, 0);
+        s.ack(150 * MS, Client);
+        s.data(150 * MS + 10 * US, Server, 600);
+        assert!(stalls(&info(20 * US, 0), &s).is_empty());
+    }
+
+    /// A prompt ACK means nothing was held.
+    #[test]
+    fn quick_ack_then_next_write_is_not_a_stall() {
+        let mut s = Seq::new();
+        s.data(0, Server, 120);
+        s.ack(50 * US, Client);
+        s.data(45 * MS, Server, 600);
+        assert!(stalls(&info(20 * US, 0), &s).is_empty());
+    }
+
+    /// A full-sized first segment cannot make Nagle wait.
+    #[test]
+    fn full_sized_segment_is_not_small() {
+        let mut s = Seq::new();
+        s.data(0, Server, 1448);
+        s.ack(40 * MS, Client);
+        s.data(40 * MS + 10 * US, Server, 600);
+        assert!(stalls(&info(20 * US, 0), &s).is_empty());
+    }
+}

@@ -1,0 +1,18 @@
+//! tcpdoctor finds where a TCP request's milliseconds go and names the cause
+//! with evidence: Nagle + delayed ACK, retransmission timeouts, SYN retries,
+//! zero windows, or a slow application.
+//!
+//! Data flows one way: [`capture`] (pcap/pcapng) → [`wire`] (header views) →
+//! [`tcp`] (connection events) → [`detect`] (one module per cause) →
+//! [`report`] (JSON schema and text). [`analyze`] runs the pipeline.
+
+pub mod analyze;
+pub mod capture;
+pub mod demo;
+pub mod detect;
+pub mod dist;
+pub mod filter;
+pub mod report;
+pub mod tcp;
+mod verdict;
+pub mod wire;

@@ -1,0 +1,305 @@
+//! The report: serde types of the JSON output (one schema for every verb
+//! that analyses packets) and its text rendering.
+
+mod ladder;
+pub(crate) mod text;
+
+pub use ladder::{Ladder, Mark, Row, RowKind};
+pub use text::render;
+
+use serde::Serialize;
+
+/// Version of the JSON schema; bumped only for incompatible changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Everything `analyze` found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Schema version ([`SCHEMA_VERSION`]).
+    pub schema: u32,
+    /// tcpdoctor's version.
+    pub version: &'static str,
+    /// One entry per input file.
+    pub inputs: Vec<Input>,
+    /// Causes found, the costliest first.
+    pub findings: Vec<Finding>,
+    /// Where each server's exchange time goes.
+    pub breakdown: Vec<Breakdown>,
+    /// Connections, most time lost first (capped; see `connections_omitted`).
+    pub connections: Vec<Connection>,
+    /// Connections left out of `connections` to bound memory.
+    pub connections_omitted: u64,
+    /// Packet ladder of the worst stalled exchange, or of `--flow`.
+    pub ladder: Option<Ladder>,
+    /// Problems with the input that did not stop the analysis.
+    pub warnings: Vec<String>,
+}
+
+/// What was read from one input.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Input {
+    /// Path as given (`-` for stdin).
+    pub file: String,
+    /// `pcap` or `pcapng`.
+    pub format: String,
+    /// Frames read.
+    pub packets: u64,
+    /// TCP segments analysed (after `--filter`).
+    pub tcp_segments: u64,
+    /// Frames that were not TCP/IP (ARP, UDP, fragments…) or did not match the filter.
+    pub other_packets: u64,
+    /// Frames whose headers were malformed or cut short.
+    pub malformed_packets: u64,
+    /// Connections seen.
+    pub connections: u64,
+    /// First frame's time, seconds since the epoch.
+    pub start_s: f64,
+    /// Time from first to last frame, ms.
+    pub duration_ms: f64,
+    /// Where the file stopped being readable, if it did.
+    pub damage: Option<String>,
+}
+
+/// "ip:port" and the role it plays.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct EndpointRole {
+    /// `ip:port` (IPv6 as `[addr]:port`).
+    pub endpoint: String,
+    /// `client` or `server`.
+    pub role: &'static str,
+}
+
+/// A host and the role it plays.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct HostRole {
+    /// IP address.
+    pub host: String,
+    /// `client` or `server`.
+    pub role: &'static str,
+}
+
+/// Percentiles of a duration, ms.
+#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq)]
+pub struct Spread {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// One cause, with its evidence.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Finding {
+    /// Nagle on one side, delayed ACKs on the other.
+    NagleDelayedAck(NagleFinding),
+    /// Bytes sent more than once.
+    Retransmission(RetransFinding),
+    /// Connects that needed SYN (or SYN-ACK) retries.
+    SynRetransmission(SynFinding),
+    /// A receiver closed its window.
+    ZeroWindow(ZeroWindowFinding),
+    /// The responder itself is slow (think time).
+    AppLatency(AppLatencyFinding),
+}
+
+impl Finding {
+    /// Total time this cause cost, ms.
+    pub fn time_lost_ms(&self) -> f64 {
+        match self {
+            Finding::NagleDelayedAck(f) => f.time_lost_ms,
+            Finding::Retransmission(f) => f.time_lost_ms,
+            Finding::SynRetransmission(f) => f.time_lost_ms,
+            Finding::ZeroWindow(f) => f.time_lost_ms,
+            Finding::AppLatency(f) => f.time_lost_ms,
+        }
+    }
+    /// The plain-language verdict.
+    pub fn summary(&self) -> &str {
+        match self {
+            Finding::NagleDelayedAck(f) => &f.summary,
+            Finding::Retransmission(f) => &f.summary,
+            Finding::SynRetransmission(f) => &f.summary,
+            Finding::ZeroWindow(f) => &f.summary,
+            Finding::AppLatency(f) => &f.summary,
+        }
+    }
+}
+
+/// `nagle_delayed_ack`: one per endpoint whose segments were held.
+#[derive(Clone, Debug, Serialize)]
+pub struct NagleFinding {
+    /// The verdict in one sentence.
+    pub summary: String,
+    /// The endpoint running Nagle (no TCP_NODELAY).
+    pub nagle_side: EndpointRole,
+    /// The host delaying its ACKs.
+    pub delayed_ack_side: HostRole,
+    /// Held segments found.
+    pub stalls: u64,
+    /// Messages this endpoint sent (responses for a server, requests for a client).
+    pub exchanges: u64,
+    /// Connections with at least one stall.
+    pub connections: u64,
+    /// How long held segments waited (small segment → held segment).
+    pub stall_ms: Spread,
+    /// How late the delayed ACKs were, as seen at the capture point.
+    pub ack_delay_ms: Spread,
+    /// Which delayed-ACK timer this looks like.
+    pub ack_timer: String,
+    /// Sum of stall times.
+    pub time_lost_ms: f64,
+    /// Frames of the first stalls: [small segment, late ACK, held segment] each, flattened.
+    pub example_frames: Vec<u64>,
+    /// HTTP `Server:` header of this endpoint's responses, if captured.
+    pub server_software: Option<String>,
+    /// What to change, most direct first.
+    pub fix: Vec<String>,
+}
+
+/// `retransmission`: grouped by server endpoint and sending side.
+#[derive(Clone, Debug, Serialize)]
+pub struct RetransFinding {
+    /// The verdict in one sentence.
+    pub summary: String,
+    /// The server of the affected connections.
+    pub server: String,
+    /// Who re-sent: `client` or `server`.
+    pub sender: &'static str,
+    /// Segments re-sent.
+    pub retransmissions: u64,
+    /// Re-sent ≥ 200 ms after the first copy (retransmission timeout).
+    pub timeouts: u64,
+    /// Connections affected.
+    pub connections: u64,
+    /// Time from the first copy to the re-send.
+    pub delay_ms: Spread,
+    /// Sum of those delays.
+    pub time_lost_ms: f64,
+    /// Frames of the first re-sent segments.
+    pub example_frames: Vec<u64>,
+}
+
+/// `syn_retransmission`: slow connects.
+#[derive(Clone, Debug, Serialize)]
+pub struct SynFinding {
+    /// The verdict in one sentence.
+    pub summary: String,
+    /// The server being connected to.
+    pub server: String,
+    /// `client` (SYN re-sent) or `server` (SYN-ACK re-sent).
+    pub sender: &'static str,
+    /// Connections whose handshake needed retries.
+    pub connections: u64,
+    /// Of those, never answered in the capture.
+    pub unanswered: u64,
+    /// Total extra SYNs.
+    pub retries: u64,
+    /// First SYN → answer.
+    pub connect_ms: Spread,
+    /// Sum of connect delays.
+    pub time_lost_ms: f64,
+    /// [first SYN, last SYN] frames of the first affected connections, flattened.
+    pub example_frames: Vec<u64>,
+}
+
+/// `zero_window`: grouped by server endpoint and the side that closed its window.
+#[derive(Clone, Debug, Serialize)]
+pub struct ZeroWindowFinding {
+    /// The verdict in one sentence.
+    pub summary: String,
+    /// The server of the affected connections.
+    pub server: String,
+    /// The side that advertised a zero window (`client` or `server`).
+    pub receiver: &'static str,
+    /// Times the window closed.
+    pub events: u64,
+    /// How long it stayed closed.
+    pub closed_ms: Spread,
+    /// Sum of closed times.
+    pub time_lost_ms: f64,
+    /// [closed, reopened] frames, flattened.
+    pub example_frames: Vec<u64>,
+}
+
+/// `app_latency`: the responder takes long before its first byte.
+#[derive(Clone, Debug, Serialize)]
+pub struct AppLatencyFinding {
+    /// The verdict in one sentence.
+    pub summary: String,
+    /// The slow server.
+    pub server: String,
+    /// Exchanges with think time ≥ 10 ms.
+    pub slow_exchanges: u64,
+    /// All exchanges of this server.
+    pub exchanges: u64,
+    /// Server think time (request end → first response byte, network removed).
+    pub think_ms: Spread,
+    /// Sum of think time over slow exchanges.
+    pub time_lost_ms: f64,
+    /// [last request frame, first response frame] of slow exchanges, flattened.
+    pub example_frames: Vec<u64>,
+}
+
+/// Where one server's exchange time goes (means per exchange, ms).
+#[derive(Clone, Debug, Serialize)]
+pub struct Breakdown {
+    /// The server.
+    pub server: String,
+    /// HTTP `Server:` header, if seen.
+    pub server_software: Option<String>,
+    /// Exchanges measured.
+    pub exchanges: u64,
+    /// Client-observed latency: request start → response end, plus the client's side of the path.
+    pub total_ms: f64,
+    /// Percentiles of `total_ms`.
+    pub total_spread_ms: Spread,
+    /// Network round trip (client ↔ server).
+    pub network_ms: f64,
+    /// Server think time: request end → first response byte, less the network.
+    pub think_ms: f64,
+    /// Time sending request and response bytes, stalls excluded.
+    pub transfer_ms: f64,
+    /// Nagle + delayed-ACK stall time.
+    pub stall_ms: f64,
+}
+
+/// One connection's row.
+#[derive(Clone, Debug, Serialize)]
+pub struct Connection {
+    /// Connection number (`--flow ID`); with several files, `file:number`.
+    pub id: String,
+    /// Client endpoint.
+    pub client: String,
+    /// Server endpoint.
+    pub server: String,
+    /// `handshake` or `lower_port` (no handshake captured).
+    pub roles_from: &'static str,
+    /// Packets.
+    pub packets: u64,
+    /// Payload bytes client → server.
+    pub bytes_to_server: u64,
+    /// Payload bytes server → client.
+    pub bytes_to_client: u64,
+    /// Exchanges.
+    pub exchanges: u64,
+    /// Nagle stalls.
+    pub stalls: u64,
+    /// Retransmitted segments.
+    pub retransmissions: u64,
+    /// Time lost to every cause found, ms.
+    pub time_lost_ms: f64,
+    /// Round trip client ↔ server, ms (from the handshake when captured).
+    pub rtt_ms: Option<f64>,
+    /// First frame.
+    pub first_frame: u64,
+    /// Duration, ms.
+    pub duration_ms: f64,
+}
+
+/// ns → ms with µs precision, for output.
+pub fn ms(ns: i64) -> f64 {
+    (ns as f64 / 1e3).round() / 1e3
+}

@@ -1,0 +1,159 @@
+//! Text rendering for a terminal: verdict first, evidence after.
+
+use super::{Finding, Report};
+use std::fmt::Write;
+
+/// A duration for people: "44.1 ms", "812 µs", "19.5 s".
+pub fn dur(ns: i64) -> String {
+    let x = ns as f64;
+    if ns.abs() >= 10_000_000_000 {
+        format!("{:.1} s", x / 1e9)
+    } else if ns.abs() >= 1_000_000_000 {
+        format!("{:.2} s", x / 1e9)
+    } else if ns.abs() >= 10_000_000 {
+        format!("{:.1} ms", x / 1e6)
+    } else if ns.abs() >= 1_000_000 {
+        format!("{:.2} ms", x / 1e6)
+    } else {
+        format!("{:.0} µs", x / 1e3)
+    }
+}
+
+fn ms(x: f64) -> String {
+    dur((x * 1e6).round() as i64)
+}
+
+/// How many connection rows the text shows.
+const CONN_ROWS: usize = 15;
+
+/// Renders the whole report.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    for i in &r.inputs {
+        let _ = writeln!(
+            o,
+            "{}: {} packets ({} TCP), {} connections, {} ({})",
+            i.file,
+            i.packets,
+            i.tcp_segments,
+            i.connections,
+            ms(i.duration_ms),
+            i.format
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "VERDICT");
+    if r.findings.is_empty() {
+        let _ = writeln!(
+            o,
+            "  No stall found: no Nagle + delayed-ACK holds, retransmissions, slow connects, zero windows or slow responders."
+        );
+    }
+    for f in &r.findings {
+        let _ = writeln!(o, "  * {}", f.summary());
+        match f {
+            Finding::NagleDelayedAck(n) => {
+                let _ = writeln!(
+                    o,
+                    "    ACK timer: {} (p50 {}, max {}).",
+                    n.ack_timer,
+                    ms(n.ack_delay_ms.p50),
+                    ms(n.ack_delay_ms.max)
+                );
+                for (k, fix) in n.fix.iter().enumerate() {
+                    let _ = writeln!(o, "    {} {fix}", if k == 0 { "Fix:" } else { "    " });
+                }
+                if let Some(ex) = n.example_frames.get(..3) {
+                    let _ = writeln!(
+                        o,
+                        "    Evidence: frame {} small segment, frame {} late ACK, frame {} held segment (Wireshark: frame.number in {{{} {} {}}}).",
+                        ex[0], ex[1], ex[2], ex[0], ex[1], ex[2]
+                    );
+                }
+            }
+            Finding::Retransmission(x) => examples(&mut o, &x.example_frames),
+            Finding::SynRetransmission(x) => examples(&mut o, &x.example_frames),
+            Finding::ZeroWindow(x) => examples(&mut o, &x.example_frames),
+            Finding::AppLatency(x) => examples(&mut o, &x.example_frames),
+        }
+    }
+    if !r.breakdown.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "WHERE THE TIME GOES (mean per exchange)");
+        let _ = writeln!(
+            o,
+            "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "server", "exchanges", "total", "p90", "network", "think", "transfer", "stall"
+        );
+        for b in &r.breakdown {
+            let _ = writeln!(
+                o,
+                "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                b.server,
+                b.exchanges,
+                ms(b.total_ms),
+                ms(b.total_spread_ms.p90),
+                ms(b.network_ms),
+                ms(b.think_ms),
+                ms(b.transfer_ms),
+                ms(b.stall_ms)
+            );
+        }
+    }
+    if !r.connections.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "CONNECTIONS (most time lost first)");
+        let _ = writeln!(
+            o,
+            "  {:>6} {:<28} {:<28} {:>7} {:>9} {:>6} {:>7} {:>10} {:>9}",
+            "id", "client", "server", "packets", "exchanges", "stalls", "retrans", "lost", "rtt"
+        );
+        for c in r.connections.iter().take(CONN_ROWS) {
+            let rtt = c.rtt_ms.map_or("-".to_string(), ms);
+            let guessed = if c.roles_from == "lower_port" {
+                "?"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                o,
+                "  {:>6} {:<28} {:<28} {:>7} {:>9} {:>6} {:>7} {:>10} {:>9}",
+                c.id,
+                c.client,
+                format!("{}{guessed}", c.server),
+                c.packets,
+                c.exchanges,
+                c.stalls,
+                c.retransmissions,
+                ms(c.time_lost_ms),
+                rtt
+            );
+        }
+        let more = r.connections.len().saturating_sub(CONN_ROWS) as u64 + r.connections_omitted;
+        if more > 0 {
+            let _ = writeln!(
+                o,
+                "  … {more} more (--json lists them; --flow ID draws one)"
+            );
+        }
+    }
+    if let Some(l) = &r.ladder {
+        let _ = writeln!(o);
+        l.render(&mut o);
+    }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "WARNINGS");
+        for w in &r.warnings {
+            let _ = writeln!(o, "  ! {w}");
+        }
+    }
+    o
+}
+
+fn examples(o: &mut String, frames: &[u64]) {
+    if !frames.is_empty() {
+        let list: Vec<String> = frames.iter().map(u64::to_string).collect();
+        let _ = writeln!(o, "    Evidence: frames {}.", list.join(", "));
+    }
+}

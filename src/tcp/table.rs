@@ -1,0 +1,244 @@
+//! The connection table.
+
+use super::half::Half;
+use super::{ConnId, ConnInfo, Event, EventKind, RoleSource, Side};
+use crate::wire::{Endpoint, Segment};
+use rustc_hash::FxHashMap;
+
+/// Closed connections stay this long to absorb late retransmitted FINs/ACKs.
+const LINGER_NS: i64 = 2_000_000_000;
+/// Connections silent this long are finished (their summaries freed).
+const IDLE_NS: i64 = 600_000_000_000;
+/// Packets between sweeps of the table.
+const SWEEP_EVERY: u32 = 1 << 16;
+
+/// Receives the tracker's events. `T` is per-connection state owned by the sink.
+pub trait Sink<T> {
+    /// A segment's event, in capture order. `seg` is the segment it came from.
+    fn event(&mut self, info: &ConnInfo, state: &mut T, ev: &Event, seg: &Segment<'_>);
+    /// The connection ended (closed, idle, or end of capture).
+    fn close(&mut self, info: &ConnInfo, state: T, totals: &Totals);
+}
+
+/// Counters kept for every connection.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Totals {
+    /// Packets seen.
+    pub packets: u64,
+    /// Payload bytes sent by [client, server].
+    pub bytes: [u64; 2],
+    /// First and last packet time, ns.
+    pub first_ts: i64,
+    /// Last packet time, ns.
+    pub last_ts: i64,
+    /// Frame of the first packet.
+    pub first_frame: u64,
+}
+
+struct Conn<T> {
+    info: ConnInfo,
+    half: [Half; 2],
+    state: T,
+    totals: Totals,
+    closed: bool,
+}
+
+type Key = (Endpoint, Endpoint);
+
+#[inline]
+fn key(a: Endpoint, b: Endpoint) -> Key {
+    if a <= b { (a, b) } else { (b, a) }
+}
+
+/// Tracks every connection in a capture.
+pub struct Tracker<T> {
+    map: FxHashMap<Key, Conn<T>>,
+    next_id: ConnId,
+    since_sweep: u32,
+}
+
+impl<T: Default> Default for Tracker<T> {
+    fn default() -> Self {
+        Tracker {
+            map: FxHashMap::default(),
+            next_id: 1,
+            since_sweep: 0,
+        }
+    }
+}
+
+impl<T: Default> Tracker<T> {
+    /// Connections currently held.
+    pub fn open_connections(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Feeds one segment (in capture order).
+    pub fn segment<S: Sink<T>>(&mut self, seg: &Segment<'_>, sink: &mut S) {
+        self.since_sweep += 1;
+        if self.since_sweep >= SWEEP_EVERY {
+            self.since_sweep = 0;
+            self.sweep(seg.ts_ns, sink);
+        }
+        let k = key(seg.src, seg.dst);
+        let is_new_syn = seg.flags.syn() && !seg.flags.ack();
+        let reuse = match self.map.get(&k) {
+            Some(c) => {
+                is_new_syn && {
+                    let h = &c.half[Side::Client.idx()];
+                    (c.closed || h.fin) && h.isn != Some(seg.seq)
+                }
+            }
+            None => false,
+        };
+        if reuse && let Some(old) = self.map.remove(&k) {
+            sink.close(&old.info, old.state, &old.totals);
+        }
+        let next_id = &mut self.next_id;
+        let conn = self.map.entry(k).or_insert_with(|| {
+            let id = *next_id;
+            *next_id += 1;
+            new_conn(id, seg)
+        });
+        step(conn, seg, sink);
+    }
+
+    /// Finishes every connection still open (end of capture), in id order.
+    pub fn finish<S: Sink<T>>(&mut self, sink: &mut S) {
+        let mut rest: Vec<Conn<T>> = self.map.drain().map(|(_, c)| c).collect();
+        rest.sort_by_key(|c| c.info.id);
+        for c in rest {
+            sink.close(&c.info, c.state, &c.totals);
+        }
+    }
+
+    fn sweep<S: Sink<T>>(&mut self, now: i64, sink: &mut S) {
+        let done: Vec<Key> = self
+            .map
+            .iter()
+            .filter(|(_, c)| {
+                let quiet = now - c.totals.last_ts;
+                (c.closed && quiet > LINGER_NS) || quiet > IDLE_NS
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in done {
+            if let Some(c) = self.map.remove(&k) {
+                sink.close(&c.info, c.state, &c.totals);
+            }
+        }
+    }
+}
+
+fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>) -> Conn<T> {
+    let (client, server, roles) = if seg.flags.syn() {
+        if seg.flags.ack() {
+            (seg.dst, seg.src, RoleSource::Handshake)
+        } else {
+            (seg.src, seg.dst, RoleSource::Handshake)
+        }
+    } else if seg.src.port < seg.dst.port {
+        (seg.dst, seg.src, RoleSource::LowerPort)
+    } else {
+        (seg.src, seg.dst, RoleSource::LowerPort)
+    };
+    Conn {
+        info: ConnInfo {
+            id,
+            client,
+            server,
+            roles,
+            mss: [None; 2],
+            rtt_to: [None; 2],
+        },
+        half: [Half::default(), Half::default()],
+        state: T::default(),
+        totals: Totals {
+            first_ts: seg.ts_ns,
+            first_frame: seg.frame,
+            ..Totals::default()
+        },
+        closed: false,
+    }
+}
+
+fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
+    let from = if seg.src == c.info.client {
+        Side::Client
+    } else {
+        Side::Server
+    };
+    let (me, peer) = {
+        let [a, b] = &mut c.half;
+        if from == Side::Client { (a, b) } else { (b, a) }
+    };
+    c.totals.packets += 1;
+    c.totals.last_ts = seg.ts_ns;
+    c.totals.bytes[from.idx()] += u64::from(seg.len);
+
+    let f = seg.flags;
+    // Acknowledgement: frees the peer's in-flight data and samples the RTT to us.
+    let ack = if f.ack() { peer.rel_ack(seg.ack) } else { None };
+    if let Some(a) = ack
+        && let Some(sample) = peer.acked(a, seg.ts_ns)
+    {
+        let slot = &mut c.info.rtt_to[from.idx()];
+        *slot = Some(slot.map_or(sample, |s| s.min(sample)));
+    }
+    let scale = match (me.wscale, peer.wscale) {
+        (Some(s), Some(_)) if !f.syn() => s,
+        _ => 0,
+    };
+    let window = u64::from(seg.window) << scale;
+    let emit = |kind: EventKind, sink: &mut S, c_info: &ConnInfo, state: &mut T| {
+        let ev = Event {
+            ts_ns: seg.ts_ns,
+            frame: seg.frame,
+            from,
+            kind,
+            ack,
+            window,
+        };
+        sink.event(c_info, state, &ev, seg);
+    };
+
+    if f.rst() {
+        c.closed = true;
+        emit(EventKind::Rst, sink, &c.info, &mut c.state);
+        return;
+    }
+    if f.syn() {
+        me.wscale = seg.options.wscale;
+        me.mss = seg.options.mss;
+        if let Some(m) = seg.options.mss {
+            // What the peer may send to us is bounded by our MSS.
+            c.info.mss[from.other().idx()] = Some(u32::from(m));
+        }
+        let retransmit = me.syn(seg.seq, seg.ts_ns, seg.frame);
+        emit(EventKind::Syn { retransmit }, sink, &c.info, &mut c.state);
+        return;
+    }
+    let start = me.rel(seg.seq);
+    if seg.len > 0 {
+        let class = me.data(start, seg.len, seg.ts_ns, seg.frame);
+        emit(
+            EventKind::Data {
+                seq: start,
+                len: seg.len,
+                class,
+            },
+            sink,
+            &c.info,
+            &mut c.state,
+        );
+    }
+    if f.fin() {
+        me.fin(start + i64::from(seg.len));
+        if me.fin && peer.fin {
+            c.closed = true;
+        }
+        emit(EventKind::Fin, sink, &c.info, &mut c.state);
+    } else if seg.len == 0 {
+        emit(EventKind::Ack, sink, &c.info, &mut c.state);
+    }
+}

@@ -1,0 +1,272 @@
+//! Turns merged aggregates into findings with plain-language verdicts and fixes.
+
+use crate::analyze::{CountAgg, FileResult, NagleAgg, ServerAgg};
+use crate::report::text::dur;
+use crate::report::{
+    self, AppLatencyFinding, Breakdown, EndpointRole, Finding, HostRole, NagleFinding, Report,
+    RetransFinding, SynFinding, ZeroWindowFinding,
+};
+use crate::tcp::Side;
+use crate::wire::Endpoint;
+
+/// Builds the report from everything the files produced.
+pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
+    let mut findings = Vec::new();
+    let mut nagle: Vec<_> = m.nagle.iter().collect();
+    nagle.sort_by_key(|(e, _)| **e);
+    for (ep, a) in nagle {
+        let software = m.servers.get(ep).and_then(|s| s.software.clone());
+        findings.push(Finding::NagleDelayedAck(nagle_finding(*ep, a, software)));
+    }
+    let mut keys: Vec<_> = m.retrans.keys().copied().collect();
+    keys.sort();
+    for k in keys {
+        findings.push(Finding::Retransmission(retrans_finding(
+            k.0,
+            k.1,
+            &m.retrans[&k],
+        )));
+    }
+    let mut keys: Vec<_> = m.syn.keys().copied().collect();
+    keys.sort();
+    for k in keys {
+        findings.push(Finding::SynRetransmission(syn_finding(
+            k.0, k.1, &m.syn[&k],
+        )));
+    }
+    let mut keys: Vec<_> = m.zero.keys().copied().collect();
+    keys.sort();
+    for k in keys {
+        findings.push(Finding::ZeroWindow(zero_finding(k.0, k.1, &m.zero[&k])));
+    }
+    let mut servers: Vec<_> = m.servers.iter().filter(|(_, s)| s.exchanges > 0).collect();
+    servers.sort_by_key(|(e, _)| **e);
+    let mut breakdown = Vec::new();
+    for (ep, s) in servers {
+        if let Some(f) = app_finding(*ep, s) {
+            findings.push(Finding::AppLatency(f));
+        }
+        breakdown.push(breakdown_of(*ep, s));
+    }
+    findings.sort_by(|a, b| b.time_lost_ms().total_cmp(&a.time_lost_ms()));
+    breakdown.sort_by(|a, b| {
+        (b.stall_ms * b.exchanges as f64).total_cmp(&(a.stall_ms * a.exchanges as f64))
+    });
+    m.conns.sort_by(|a, b| {
+        b.time_lost_ms
+            .total_cmp(&a.time_lost_ms)
+            .then(a.id.cmp(&b.id))
+    });
+    let ladder = m.flow.take().or(m.worst.take().map(|w| w.1));
+    Report {
+        schema: report::SCHEMA_VERSION,
+        version: env!("CARGO_PKG_VERSION"),
+        inputs,
+        findings,
+        breakdown,
+        connections: m.conns,
+        connections_omitted: m.conns_omitted,
+        ladder,
+        warnings: m.warnings,
+    }
+}
+
+fn ms(ns: i64) -> f64 {
+    report::ms(ns)
+}
+
+fn ack_timer(p50_ms: f64) -> String {
+    match p50_ms {
+        x if (35.0..70.0).contains(&x) => "Linux delayed ACK (40 ms minimum, HZ/25)".into(),
+        x if (85.0..130.0).contains(&x) => "macOS delayed ACK (~100 ms)".into(),
+        x if (170.0..240.0).contains(&x) => {
+            "Windows delayed ACK (200 ms) or Linux's 200 ms maximum".into()
+        }
+        x => format!("delayed ACK of ~{x:.0} ms"),
+    }
+}
+
+fn nagle_fixes(ep: Endpoint, side: Side, peer: &str, software: Option<&str>) -> Vec<String> {
+    let sw = software.unwrap_or("").to_ascii_lowercase();
+    let mut fix = Vec::new();
+    if side == Side::Server {
+        fix.push(format!("Enable TCP_NODELAY on the server's sockets ({ep}), or write each response in one call (writev/sendmsg, or one buffered flush)."));
+        if sw.starts_with("nginx") {
+            fix.push("nginx: `tcp_nodelay on;` (the default) in the http, server or location block; look for `tcp_nodelay off`.".into());
+        } else if sw.contains("python") || sw.starts_with("basehttp") {
+            fix.push("Python http.server / socketserver: set `disable_nagle_algorithm = True` on the request handler class.".into());
+        } else {
+            fix.push("JDK com.sun.net.httpserver: run with -Dsun.net.httpserver.nodelay=true; Java sockets: setTcpNoDelay(true); Python socketserver: disable_nagle_algorithm = True; Rust/tokio: set_nodelay(true); nginx: tcp_nodelay on.".into());
+        }
+    } else {
+        fix.push(format!("Enable TCP_NODELAY on the client ({ep}), or send each request in one write (headers and body together)."));
+        fix.push("Java: socket.setTcpNoDelay(true); Python: sock.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1); Rust/tokio/hyper: set_nodelay(true).".into());
+    }
+    fix.push(format!(
+        "Only hides it: on {peer} (the delayed-ACK side), TCP_QUICKACK after every read, or `ip route change ROUTE quickack 1`."
+    ));
+    fix
+}
+
+fn nagle_finding(ep: Endpoint, a: &NagleAgg, software: Option<String>) -> NagleFinding {
+    let side = a.side.unwrap_or(Side::Server);
+    let peer = a.peer.map(|p| p.to_string()).unwrap_or_default();
+    let stall = a.stalls.spread();
+    let acks = a.acks.spread();
+    let what = if side == Side::Server {
+        "responses"
+    } else {
+        "requests"
+    };
+    let sw = software
+        .as_deref()
+        .map(|s| format!(", \"{s}\""))
+        .unwrap_or_default();
+    let exchanges = a.exchanges.max(a.stalls.count());
+    let summary = format!(
+        "Nagle + delayed ACK: {} of {exchanges} {what} from {ep} ({}{sw}) were held ~{} until {peer} ({}) sent a delayed ACK; {} lost in total.",
+        a.stalls.count(),
+        side.name(),
+        dur_ms(stall.p50),
+        side.other().name(),
+        dur(a.lost_ns),
+    );
+    NagleFinding {
+        summary,
+        nagle_side: EndpointRole {
+            endpoint: ep.to_string(),
+            role: side.name(),
+        },
+        delayed_ack_side: HostRole {
+            host: peer.clone(),
+            role: side.other().name(),
+        },
+        stalls: a.stalls.count(),
+        exchanges,
+        connections: a.connections,
+        stall_ms: stall,
+        ack_delay_ms: acks,
+        ack_timer: ack_timer(acks.p50),
+        time_lost_ms: ms(a.lost_ns),
+        example_frames: a.examples.clone(),
+        fix: nagle_fixes(ep, side, &peer, software.as_deref()),
+        server_software: software,
+    }
+}
+
+fn retrans_finding(server: Endpoint, from: Side, a: &CountAgg) -> RetransFinding {
+    let d = a.dist.spread();
+    RetransFinding {
+        summary: format!(
+            "Retransmission: {} segments re-sent by the {} side of {server} ({} after a timeout of 200 ms or more), {} (p50) after the first copy; {} lost. Loss, not Nagle: these bytes were sent twice.",
+            a.events,
+            from.name(),
+            a.timeouts,
+            dur_ms(d.p50),
+            dur(a.lost_ns)
+        ),
+        server: server.to_string(),
+        sender: from.name(),
+        retransmissions: a.events,
+        timeouts: a.timeouts,
+        connections: a.connections,
+        delay_ms: d,
+        time_lost_ms: ms(a.lost_ns),
+        example_frames: a.examples.clone(),
+    }
+}
+
+fn syn_finding(server: Endpoint, from: Side, a: &CountAgg) -> SynFinding {
+    let d = a.dist.spread();
+    let what = if from == Side::Client {
+        "SYN"
+    } else {
+        "SYN-ACK"
+    };
+    let unanswered = if a.unanswered > 0 {
+        format!(" ({} never answered)", a.unanswered)
+    } else {
+        String::new()
+    };
+    SynFinding {
+        summary: format!(
+            "Slow connect: {} connections to {server} needed {} {what} retransmissions{unanswered}; connecting took {} (p50, max {}). The 1 s (older kernels 3 s) SYN timer: a dropped SYN, full accept queue or firewall, not Nagle.",
+            a.connections,
+            a.retries,
+            dur_ms(d.p50),
+            dur_ms(d.max)
+        ),
+        server: server.to_string(),
+        sender: from.name(),
+        connections: a.connections,
+        unanswered: a.unanswered,
+        retries: a.retries,
+        connect_ms: d,
+        time_lost_ms: ms(a.lost_ns),
+        example_frames: a.examples.clone(),
+    }
+}
+
+fn zero_finding(server: Endpoint, from: Side, a: &CountAgg) -> ZeroWindowFinding {
+    let d = a.dist.spread();
+    ZeroWindowFinding {
+        summary: format!(
+            "Zero window: the {} side of connections to {server} closed its receive window {} times, for {} (p50, max {}); its peer had to stop sending. The {} application is not reading fast enough.",
+            from.name(),
+            a.events,
+            dur_ms(d.p50),
+            dur_ms(d.max),
+            from.name()
+        ),
+        server: server.to_string(),
+        receiver: from.name(),
+        events: a.events,
+        closed_ms: d,
+        time_lost_ms: ms(a.lost_ns),
+        example_frames: a.examples.clone(),
+    }
+}
+
+fn app_finding(server: Endpoint, s: &ServerAgg) -> Option<AppLatencyFinding> {
+    // Worth a finding when at least a tenth of the exchanges waited on the application.
+    if s.slow == 0 || s.slow * 10 < s.exchanges {
+        return None;
+    }
+    let think = s.think.spread();
+    let rtt = s.sum_network / s.exchanges.max(1) as i64;
+    Some(AppLatencyFinding {
+        summary: format!(
+            "Application latency: {server} took {} (p50; p90 {}) before its first response byte in {} of {} exchanges, while the network round trip is {}: the time is spent in the server application, not in TCP.",
+            dur_ms(think.p50),
+            dur_ms(think.p90),
+            s.slow,
+            s.exchanges,
+            dur(rtt)
+        ),
+        server: server.to_string(),
+        slow_exchanges: s.slow,
+        exchanges: s.exchanges,
+        think_ms: think,
+        time_lost_ms: ms(s.slow_think_ns),
+        example_frames: s.slow_examples.clone(),
+    })
+}
+
+fn breakdown_of(server: Endpoint, s: &ServerAgg) -> Breakdown {
+    let n = s.exchanges.max(1) as i64;
+    Breakdown {
+        server: server.to_string(),
+        server_software: s.software.clone(),
+        exchanges: s.exchanges,
+        total_ms: ms(s.sum_total / n),
+        total_spread_ms: s.total.spread(),
+        network_ms: ms(s.sum_network / n),
+        think_ms: ms(s.sum_think / n),
+        transfer_ms: ms(s.sum_transfer / n),
+        stall_ms: ms(s.sum_stall / n),
+    }
+}
+
+fn dur_ms(x: f64) -> String {
+    dur((x * 1e6) as i64)
+}

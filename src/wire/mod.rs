@@ -1,0 +1,181 @@
+//! Zero-copy views of IPv4, IPv6 and TCP headers, and [`decode`], which turns
+//! a captured frame into the [`Segment`] the connection tracker needs.
+
+mod ip;
+mod tcp;
+
+pub use ip::{Ipv4Header, Ipv6Header};
+pub use tcp::{Flags, TcpHeader, TcpOptions};
+
+use crate::capture::{LinkType, Network, network_layer};
+use std::fmt;
+use std::net::IpAddr;
+
+/// An IP address and port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// Address.
+    pub ip: IpAddr,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ip {
+            IpAddr::V4(a) => write!(f, "{a}:{}", self.port),
+            IpAddr::V6(a) => write!(f, "[{a}]:{}", self.port),
+        }
+    }
+}
+
+/// The facts about one TCP segment that the rest of the pipeline uses.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment<'a> {
+    /// 1-based frame number in its capture.
+    pub frame: u64,
+    /// Capture time, ns since the epoch.
+    pub ts_ns: i64,
+    /// Sender.
+    pub src: Endpoint,
+    /// Receiver.
+    pub dst: Endpoint,
+    /// Sequence number of the first byte (or of the SYN).
+    pub seq: u32,
+    /// Acknowledgement number (meaningful when `flags.ack()`).
+    pub ack: u32,
+    /// TCP flags.
+    pub flags: Flags,
+    /// Raw (unscaled) receive window.
+    pub window: u16,
+    /// Payload length on the wire, from the IP length (not cut by the snap length).
+    pub len: u32,
+    /// Options the tracker uses.
+    pub options: TcpOptions,
+    /// The captured part of the payload (may be shorter than `len`).
+    pub payload: &'a [u8],
+}
+
+/// Why a frame could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// The frame ends inside a header.
+    Truncated(&'static str),
+    /// A header field is impossible (bad version, lengths out of range).
+    Malformed(&'static str),
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::Truncated(w) => write!(f, "{w} cut short"),
+            WireError::Malformed(w) => write!(f, "malformed {w}"),
+        }
+    }
+}
+
+/// Decodes a frame down to its TCP segment. `Ok(None)` means "not TCP over IP"
+/// (ARP, UDP, non-first IP fragments…), which is not an error.
+#[inline]
+pub fn decode(
+    frame: u64,
+    ts_ns: i64,
+    link: LinkType,
+    data: &[u8],
+    orig_len: u32,
+) -> Result<Option<Segment<'_>>, WireError> {
+    let (src, dst, l4, l4_wire_len) = match network_layer(link, data) {
+        Network::Ipv4(p) => {
+            let ip = Ipv4Header::parse(p)?;
+            if ip.protocol() != 6 || ip.is_fragment() {
+                return Ok(None);
+            }
+            let wire_len = ip_wire_len(ip.total_len() as usize, p.len(), data.len(), orig_len)
+                .ok_or(WireError::Malformed(
+                    "IPv4 total length (longer than the frame)",
+                ))?;
+            let hl = ip.header_len();
+            if wire_len < hl {
+                return Err(WireError::Malformed("IPv4 total length"));
+            }
+            (
+                IpAddr::V4(ip.src()),
+                IpAddr::V4(ip.dst()),
+                &p[hl..],
+                wire_len - hl,
+            )
+        }
+        Network::Ipv6(p) => {
+            let ip = Ipv6Header::parse(p)?;
+            let Some((proto, off)) = ip.upper_layer(p)? else {
+                return Ok(None);
+            };
+            if proto != 6 {
+                return Ok(None);
+            }
+            let plen = ip.payload_len() as usize;
+            let total = if plen == 0 { 0 } else { plen + 40 };
+            let wire_len = ip_wire_len(total, p.len(), data.len(), orig_len).ok_or(
+                WireError::Malformed("IPv6 payload length (longer than the frame)"),
+            )?;
+            if wire_len < off {
+                return Err(WireError::Malformed("IPv6 payload length"));
+            }
+            (
+                IpAddr::V6(ip.src()),
+                IpAddr::V6(ip.dst()),
+                &p[off..],
+                wire_len - off,
+            )
+        }
+        Network::Other => return Ok(None),
+        Network::Truncated => return Err(WireError::Truncated("link-layer header")),
+    };
+    let tcp = TcpHeader::parse(l4)?;
+    let hl = tcp.header_len();
+    if l4_wire_len < hl {
+        return Err(WireError::Malformed(
+            "TCP length (IP length shorter than the TCP header)",
+        ));
+    }
+    let len = l4_wire_len - hl;
+    let payload = l4.get(hl..).unwrap_or(&[]);
+    Ok(Some(Segment {
+        frame,
+        ts_ns,
+        src: Endpoint {
+            ip: src,
+            port: tcp.src_port(),
+        },
+        dst: Endpoint {
+            ip: dst,
+            port: tcp.dst_port(),
+        },
+        seq: tcp.seq(),
+        ack: tcp.ack(),
+        flags: tcp.flags(),
+        window: tcp.window(),
+        len: len as u32,
+        options: tcp.options(),
+        payload: &payload[..payload.len().min(len)],
+    }))
+}
+
+/// The IP packet's length on the wire. A zero length field (TSO/GSO frames
+/// captured on the sending host) falls back to the frame's original length.
+/// `None` when the field claims more than the frame held on the wire.
+#[inline]
+fn ip_wire_len(
+    field: usize,
+    ip_caplen: usize,
+    frame_caplen: usize,
+    orig_len: u32,
+) -> Option<usize> {
+    let link_hdr = frame_caplen - ip_caplen;
+    let on_wire = (orig_len as usize).saturating_sub(link_hdr).max(ip_caplen);
+    match field {
+        0 => Some(on_wire),
+        f if f <= on_wire => Some(f),
+        _ => None,
+    }
+}
