@@ -66,7 +66,7 @@ pub fn render(r: &Report) -> String {
                 if let Some(ex) = n.example_frames.get(..3) {
                     let _ = writeln!(
                         o,
-                        "    Evidence: frame {} small segment, frame {} late ACK, frame {} held segment (Wireshark: frame.number in {{{} {} {}}}).",
+                        "    Evidence: frame {} small segment, frame {} late ACK, frame {} held segment (Wireshark: frame.number in {{{},{},{}}}).",
                         ex[0], ex[1], ex[2], ex[0], ex[1], ex[2]
                     );
                 }

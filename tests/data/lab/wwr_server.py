@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Tiny keep-alive HTTP/1.1 test server for tcpdoctor captures.
+
+Modes:
+  wwr    - answer each request with TWO send() calls (headers, then body),
+           then read the next request (write-write-read: Nagle+delayed-ACK bait)
+  single - answer with ONE send() (headers+body)
+  think  - sleep --think-ms, then answer with ONE send()
+
+TCP_NODELAY is OFF unless --nodelay is given.  Exits after --max-seconds.
+"""
+import argparse, socket, threading, time, sys, os
+
+p = argparse.ArgumentParser()
+p.add_argument("--host", default="127.0.0.1")
+p.add_argument("--port", type=int, required=True)
+p.add_argument("--mode", choices=["wwr", "single", "think"], default="wwr")
+p.add_argument("--nodelay", action="store_true")
+p.add_argument("--body-size", type=int, default=600)
+p.add_argument("--think-ms", type=float, default=45.0)
+p.add_argument("--max-seconds", type=float, default=60.0)
+a = p.parse_args()
+
+BODY = (b"<html><body>" + b"x" * max(0, a.body_size - 27) + b"</body></html>\n")[: a.body_size]
+
+
+def headers(n):
+    return (b"HTTP/1.1 200 OK\r\nServer: wwr-lab\r\nContent-Type: text/html\r\n"
+            b"Content-Length: %d\r\nConnection: keep-alive\r\n\r\n" % n)
+
+
+def read_request(conn, buf):
+    """Return (request_bytes, rest) or (None, buf) on EOF."""
+    while b"\r\n\r\n" not in buf:
+        d = conn.recv(65536)
+        if not d:
+            return None, buf
+        buf += d
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    clen = 0
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            clen = int(v.strip())
+    while len(rest) < clen:
+        d = conn.recv(65536)
+        if not d:
+            return None, rest
+        rest += d
+    return head, rest[clen:]
+
+
+def handle(conn):
+    if a.nodelay:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    else:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
+    buf = b""
+    try:
+        while True:
+            req, buf = read_request(conn, buf)
+            if req is None:
+                break
+            if a.mode == "wwr":
+                conn.sendall(headers(len(BODY)))
+                conn.sendall(BODY)
+            elif a.mode == "single":
+                conn.sendall(headers(len(BODY)) + BODY)
+            else:
+                time.sleep(a.think_ms / 1000.0)
+                conn.sendall(headers(len(BODY)) + BODY)
+            if b"connection: close" in req.lower():
+                break
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+def main():
+    fam = socket.AF_INET6 if ":" in a.host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((a.host, a.port))
+    s.listen(16)
+    s.settimeout(0.5)
+    deadline = time.time() + a.max_seconds
+    print("listening %s:%d mode=%s nodelay=%s" % (a.host, a.port, a.mode, a.nodelay), flush=True)
+    while time.time() < deadline:
+        try:
+            c, _ = s.accept()
+        except socket.timeout:
+            continue
+        threading.Thread(target=handle, args=(c,), daemon=True).start()
+    s.close()
+
+
+if __name__ == "__main__":
+    main()
