@@ -13,7 +13,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LAB=$HERE/lab
-OUT=$HERE
+# TCPDOCTOR_CAPTURE_DIR: write elsewhere (the live test uses a temp dir).
+OUT=${TCPDOCTOR_CAPTURE_DIR:-$HERE}
 ONLY=${1:-}
 
 [ "$(id -u)" = 0 ] || { echo "must run as root" >&2; exit 1; }
