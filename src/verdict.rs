@@ -1,7 +1,7 @@
 //! Turns merged aggregates into findings with plain-language verdicts and fixes.
 
 use crate::analyze::{CountAgg, FileResult, NagleAgg, ServerAgg};
-use crate::report::text::dur;
+use crate::report::text::{dur, plural};
 use crate::report::{
     self, AppLatencyFinding, Breakdown, EndpointRole, Finding, HostRole, NagleFinding, Report,
     RetransFinding, SynFinding, ZeroWindowFinding,
@@ -158,8 +158,8 @@ fn retrans_finding(server: Endpoint, from: Side, a: &CountAgg) -> RetransFinding
     let d = a.dist.spread();
     RetransFinding {
         summary: format!(
-            "Retransmission: {} segments re-sent by the {} side of {server} ({} after a timeout of 200 ms or more), {} (p50) after the first copy; {} lost. Loss, not Nagle: these bytes were sent twice.",
-            a.events,
+            "Retransmission: {} re-sent by the {} side of {server} ({} after a timeout of 200 ms or more), {} (p50) after the first copy; {} lost. Loss, not Nagle: these bytes were sent twice.",
+            plural(a.events, "segment"),
             from.name(),
             a.timeouts,
             dur_ms(d.p50),
@@ -190,9 +190,9 @@ fn syn_finding(server: Endpoint, from: Side, a: &CountAgg) -> SynFinding {
     };
     SynFinding {
         summary: format!(
-            "Slow connect: {} connections to {server} needed {} {what} retransmissions{unanswered}; connecting took {} (p50, max {}). The 1 s (older kernels 3 s) SYN timer: a dropped SYN, full accept queue or firewall, not Nagle.",
-            a.connections,
-            a.retries,
+            "Slow connect: {} to {server} needed {}{unanswered}; connecting took {} (p50, max {}). The 1 s (older kernels 3 s) SYN timer: a dropped SYN, full accept queue or firewall, not Nagle.",
+            plural(a.connections, "connection"),
+            plural(a.retries, &format!("{what} retransmission")),
             dur_ms(d.p50),
             dur_ms(d.max)
         ),
@@ -211,9 +211,9 @@ fn zero_finding(server: Endpoint, from: Side, a: &CountAgg) -> ZeroWindowFinding
     let d = a.dist.spread();
     ZeroWindowFinding {
         summary: format!(
-            "Zero window: the {} side of connections to {server} closed its receive window {} times, for {} (p50, max {}); its peer had to stop sending. The {} application is not reading fast enough.",
+            "Zero window: the {} side of connections to {server} closed its receive window {}, for {} (p50, max {}); its peer had to stop sending. The {} application is not reading fast enough.",
             from.name(),
-            a.events,
+            plural(a.events, "time"),
             dur_ms(d.p50),
             dur_ms(d.max),
             from.name()

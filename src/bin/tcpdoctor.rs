@@ -160,6 +160,10 @@ fn main() -> ExitCode {
                         output(r, false);
                         print("\n");
                     }
+                    print(&format!(
+                        "{}\n",
+                        tcpdoctor::demo::proof(&reports[0].1, &reports[1].1)
+                    ));
                 }
                 ExitCode::from(exit::OK)
             }

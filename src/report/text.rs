@@ -19,6 +19,15 @@ pub fn dur(ns: i64) -> String {
     }
 }
 
+/// "1 connection", "3 connections".
+pub fn plural(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
 fn ms(x: f64) -> String {
     dur((x * 1e6).round() as i64)
 }
@@ -32,11 +41,11 @@ pub fn render(r: &Report) -> String {
     for i in &r.inputs {
         let _ = writeln!(
             o,
-            "{}: {} packets ({} TCP), {} connections, {} ({})",
+            "{}: {}, {} TCP, {}, {} ({})",
             i.file,
-            i.packets,
+            plural(i.packets, "packet"),
             i.tcp_segments,
-            i.connections,
+            plural(i.connections, "connection"),
             ms(i.duration_ms),
             i.format
         );
