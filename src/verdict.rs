@@ -77,10 +77,10 @@ fn ms(ns: i64) -> f64 {
 
 fn ack_timer(p50_ms: f64) -> String {
     match p50_ms {
-        x if (35.0..70.0).contains(&x) => "Linux delayed ACK (40 ms minimum, HZ/25)".into(),
-        x if (85.0..130.0).contains(&x) => "macOS delayed ACK (~100 ms)".into(),
+        x if (35.0..70.0).contains(&x) => "Linux delayed ACK, 40 ms minimum (HZ/25)".into(),
+        x if (85.0..130.0).contains(&x) => "macOS delayed ACK, ~100 ms".into(),
         x if (170.0..240.0).contains(&x) => {
-            "Windows delayed ACK (200 ms) or Linux's 200 ms maximum".into()
+            "Windows delayed ACK, 200 ms, or Linux's 200 ms maximum".into()
         }
         x => format!("delayed ACK of ~{x:.0} ms"),
     }

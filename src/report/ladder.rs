@@ -90,16 +90,16 @@ impl Ladder {
         }
     }
 
-    /// Renders as text lines, `width` columns between the two lifelines.
+    /// Renders as text lines.
     pub fn render(&self, out: &mut String) {
         use std::fmt::Write;
         const W: usize = 46;
         let _ = writeln!(out, "{}", self.title);
+        let client = format!("{} (client)", self.client);
         let _ = writeln!(
             out,
-            "   frame   time ms  {:<w$}  {}",
-            format!("{} (client)", self.client),
-            format!("{} (server)", self.server),
+            "   frame   time ms  {client:<w$}  {} (server)",
+            self.server,
             w = W + 1
         );
         for r in &self.rows {

@@ -83,7 +83,18 @@ pub fn render(r: &Report) -> String {
             Finding::Retransmission(x) => examples(&mut o, &x.example_frames),
             Finding::SynRetransmission(x) => examples(&mut o, &x.example_frames),
             Finding::ZeroWindow(x) => examples(&mut o, &x.example_frames),
-            Finding::AppLatency(x) => examples(&mut o, &x.example_frames),
+            Finding::AppLatency(x) => {
+                let pairs: Vec<String> = x
+                    .example_frames
+                    .chunks(2)
+                    .map(|c| c.iter().map(u64::to_string).collect::<Vec<_>>().join("-"))
+                    .collect();
+                let _ = writeln!(
+                    o,
+                    "    Evidence: slow exchanges at frames {}.",
+                    pairs.join(", ")
+                );
+            }
         }
     }
     if !r.breakdown.is_empty() {
