@@ -7,12 +7,12 @@ pub fn server_header(payload: &[u8]) -> Option<&str> {
         return None;
     }
     let head = &payload[..payload.len().min(2048)];
-    let mut lines = head.split(|&b| b == b'\n').skip(1);
+    let mut lines = head
+        .split(|&b| b == b'\n')
+        .skip(1)
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .take_while(|l| !l.is_empty()); // the head ends at the blank line
     lines.find_map(|line| {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            return None;
-        }
         let (name, value) = line.split_at(line.iter().position(|&b| b == b':')?);
         if !name.eq_ignore_ascii_case(b"server") {
             return None;
