@@ -1,7 +1,7 @@
 //! The `analyze` pipeline: capture → wire → tcp → detect → report, one file
 //! per thread, results merged.
 
-use crate::capture::{Capture, Format, LinkType};
+use crate::capture::{self, Capture, Format, LinkType};
 use crate::detect::{Detectors, Exchange, Observation, Stall};
 use crate::dist::Dist;
 use crate::filter::Filter;
@@ -39,6 +39,14 @@ pub const RTO_NS: i64 = 180_000_000;
 #[derive(Default)]
 pub struct ConnState {
     det: Detectors,
+    acc: Acc,
+}
+
+/// What the collector accumulates per connection.
+#[derive(Default)]
+struct Acc {
+    /// Index of this connection's server in `Collector::slots` (looked up once).
+    server_slot: Option<usize>,
     exchanges: u64,
     stalls: [u64; 2],
     retrans: u64,
@@ -112,6 +120,9 @@ struct Collector<'o> {
     file_tag: Option<usize>,
     opts: &'o Options,
     r: FileResult,
+    /// Server aggregates while collecting; moved into `r.servers` at the end.
+    slots: Vec<(Endpoint, ServerAgg)>,
+    slot_of: FxHashMap<Endpoint, usize>,
 }
 
 fn push_example(v: &mut Vec<u64>, frames: &[u64], per: usize) {
@@ -128,7 +139,7 @@ impl Collector<'_> {
         }
     }
 
-    fn observe(&mut self, info: &ConnInfo, st: &mut ConnState, o: Observation) {
+    fn observe(&mut self, info: &ConnInfo, st: &mut Acc, o: Observation) {
         match o {
             Observation::Stall(s) => self.stall(info, st, s),
             Observation::Exchange(x) => self.exchange(info, st, x),
@@ -180,7 +191,7 @@ impl Collector<'_> {
         }
     }
 
-    fn stall(&mut self, info: &ConnInfo, st: &mut ConnState, s: Stall) {
+    fn stall(&mut self, info: &ConnInfo, st: &mut Acc, s: Stall) {
         st.stalls[s.nagle.idx()] += 1;
         st.lost_ns += s.stall_ns;
         st.cur_stall += s.stall_ns;
@@ -206,7 +217,16 @@ impl Collector<'_> {
         }
     }
 
-    fn exchange(&mut self, info: &ConnInfo, st: &mut ConnState, x: Exchange) {
+    fn server_slot(&mut self, info: &ConnInfo, st: &mut Acc) -> usize {
+        *st.server_slot.get_or_insert_with(|| {
+            *self.slot_of.entry(info.server).or_insert_with(|| {
+                self.slots.push((info.server, ServerAgg::default()));
+                self.slots.len() - 1
+            })
+        })
+    }
+
+    fn exchange(&mut self, info: &ConnInfo, st: &mut Acc, x: Exchange) {
         st.exchanges += 1;
         let to_server = info.rtt_to(Side::Server);
         let to_client = info.rtt_to(Side::Client);
@@ -216,7 +236,8 @@ impl Collector<'_> {
         let stall = x.req_stall + x.resp_stall;
         let network = to_client + to_server;
         let total = network + think + transfer + stall;
-        let a = self.r.servers.entry(info.server).or_default();
+        let slot = self.server_slot(info, st);
+        let a = &mut self.slots[slot].1;
         a.exchanges += 1;
         a.total.record(total);
         a.think.record(think);
@@ -275,7 +296,9 @@ fn row(ev: &Event) -> Row {
 }
 
 impl Sink<ConnState> for Collector<'_> {
-    fn event(&mut self, info: &ConnInfo, st: &mut ConnState, ev: &Event, seg: &Segment<'_>) {
+    #[inline]
+    fn event(&mut self, info: &ConnInfo, state: &mut ConnState, ev: &Event, seg: &Segment<'_>) {
+        let ConnState { det, acc: st } = state;
         if !st.flow_checked {
             st.flow_checked = true;
             if let Some(f) = &self.opts.flow
@@ -284,48 +307,43 @@ impl Sink<ConnState> for Collector<'_> {
                 st.flow = Some(Vec::new());
             }
         }
-        let mut obs = [None; 4];
-        let mut n = 0;
-        st.det.step(info, ev, seg.payload, &mut |o| {
-            if n < obs.len() {
-                obs[n] = Some(o);
-                n += 1;
-            }
-        });
         let mut held = false;
-        for o in obs.into_iter().flatten() {
+        det.step(info, ev, seg.payload, &mut |o| {
             held |= matches!(o, Observation::Stall(_));
             self.observe(info, st, o);
-        }
-        let mut r = row(ev);
-        if held {
-            r.mark = Some(Mark::Held);
-        }
-        if st.cur.len() < EXCHANGE_ROWS {
-            st.cur.push(r);
-        }
-        if let Some(rows) = &mut st.flow {
-            if rows.len() < self.opts.ladder_rows.max(1) {
-                rows.push(r);
-            } else {
-                st.flow_truncated = true;
+        });
+        if st.cur.len() < EXCHANGE_ROWS || st.flow.is_some() {
+            let mut r = row(ev);
+            if held {
+                r.mark = Some(Mark::Held);
+            }
+            if st.cur.len() < EXCHANGE_ROWS {
+                st.cur.push(r);
+            }
+            if let Some(rows) = &mut st.flow {
+                if rows.len() < self.opts.ladder_rows.max(1) {
+                    rows.push(r);
+                } else {
+                    st.flow_truncated = true;
+                }
             }
         }
     }
 
-    fn close(&mut self, info: &ConnInfo, mut st: ConnState, totals: &Totals) {
-        let mut obs = Vec::new();
-        st.det.finish(totals.last_ts, &mut |o| obs.push(o));
-        for o in obs {
-            self.observe(info, &mut st, o);
-        }
+    fn close(&mut self, info: &ConnInfo, state: ConnState, totals: &Totals) {
+        let ConnState {
+            mut det,
+            acc: mut st,
+        } = state;
+        det.finish(totals.last_ts, &mut |o| self.observe(info, &mut st, o));
         if info.roles == RoleSource::LowerPort {
             self.r.guessed_roles += 1;
         }
         let id = self.conn_id(info.id);
-        let server = self.r.servers.entry(info.server).or_default();
+        let slot = self.server_slot(info, &mut st);
+        let server = &mut self.slots[slot].1;
         if server.software.is_none() {
-            server.software = st.det.server_software.take();
+            server.software = det.server_software.take();
         }
         for side in [Side::Client, Side::Server] {
             if st.stalls[side.idx()] > 0
@@ -432,14 +450,21 @@ fn analyze_file(
         file_tag,
         opts,
         r: FileResult::default(),
+        slots: Vec::new(),
+        slot_of: FxHashMap::default(),
     };
     let mut tracker: Tracker<ConnState> = Tracker::default();
     let (mut n, mut tcp, mut other, mut bad) = (0u64, 0u64, 0u64, 0u64);
     let (mut first_ts, mut last_ts) = (None, 0i64);
     let mut unsupported: Vec<(LinkType, u64)> = Vec::new();
     let mut first_bad: Option<(u64, String)> = None;
-    for p in packets.by_ref() {
+    let mut next_window = capture::WINDOW as u64;
+    while let Some(p) = packets.next() {
         n += 1;
+        if packets.offset() >= next_window {
+            cap.window(packets.offset() as usize);
+            next_window += capture::WINDOW as u64;
+        }
         first_ts.get_or_insert(p.ts_ns);
         last_ts = last_ts.max(p.ts_ns);
         if !p.link.supported() {
@@ -466,6 +491,7 @@ fn analyze_file(
         }
     }
     tracker.finish(&mut c);
+    c.r.servers = c.slots.drain(..).collect();
     let format = match packets.format() {
         Format::Pcap => "pcap",
         Format::PcapNg => "pcapng",

@@ -1,44 +1,144 @@
-//! Distributions of durations (HDR histograms, µs resolution).
+//! Distributions of durations: a log-linear histogram over µs with 1/128
+//! relative bucket width (±0.4 %). Recording is a few instructions, so it
+//! can run per exchange on the hot path; merging is bucket-wise addition.
 
 use crate::report::Spread;
-use hdrhistogram::Histogram;
+
+/// Sub-buckets per power of two.
+const SUB_BITS: u32 = 7;
+const SUB: usize = 1 << SUB_BITS;
+/// Values up to 2^32 µs (71 minutes); larger ones land in the last bucket.
+const BUCKETS: usize = SUB + (32 - SUB_BITS as usize) * SUB;
 
 /// A mergeable distribution of durations.
 #[derive(Clone, Debug)]
-pub struct Dist(Histogram<u64>);
+pub struct Dist {
+    counts: Vec<u32>,
+    n: u64,
+    max_us: u64,
+}
 
 impl Default for Dist {
     fn default() -> Self {
-        // 1 µs .. 1 hour, 3 significant digits: a few tens of KB at most.
-        Dist(Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"))
+        Dist {
+            counts: Vec::new(),
+            n: 0,
+            max_us: 0,
+        }
     }
 }
 
+#[inline]
+fn bucket(us: u64) -> usize {
+    if us < SUB as u64 {
+        return us as usize;
+    }
+    let exp = 63 - us.leading_zeros(); // ≥ SUB_BITS
+    let mant = (us >> (exp - SUB_BITS)) as usize & (SUB - 1);
+    (SUB + (exp - SUB_BITS) as usize * SUB + mant).min(BUCKETS - 1)
+}
+
+/// Middle of a bucket, µs.
+fn value(b: usize) -> f64 {
+    if b < SUB {
+        return b as f64;
+    }
+    let exp = (b - SUB) / SUB + SUB_BITS as usize;
+    let mant = (b - SUB) % SUB;
+    let width = 1u64 << (exp - SUB_BITS as usize);
+    ((SUB + mant) as u64 * width) as f64 + width as f64 / 2.0
+}
+
 impl Dist {
-    /// Records a duration in ns (clamped to the range).
+    /// Records a duration in ns (negative counts as 0).
+    #[inline]
     pub fn record(&mut self, ns: i64) {
-        let us = (ns / 1000).clamp(1, 3_600_000_000) as u64;
-        self.0.saturating_record(us);
+        let us = (ns.max(0) / 1000) as u64;
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS];
+        }
+        self.counts[bucket(us)] += 1;
+        self.n += 1;
+        self.max_us = self.max_us.max(us);
     }
     /// Adds another distribution.
     pub fn merge(&mut self, other: &Dist) {
-        // Same bounds on both sides, so this cannot fail.
-        let _ = self.0.add(&other.0);
+        if other.n == 0 {
+            return;
+        }
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS];
+        }
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.n += other.n;
+        self.max_us = self.max_us.max(other.max_us);
     }
     /// Number of values.
     pub fn count(&self) -> u64 {
-        self.0.len()
+        self.n
+    }
+    fn quantile_us(&self, q: f64) -> f64 {
+        let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
+        let mut seen = 0u64;
+        for (b, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                return value(b).min(self.max_us as f64);
+            }
+        }
+        self.max_us as f64
     }
     /// Median, 90th percentile and maximum, ms.
     pub fn spread(&self) -> Spread {
-        if self.0.is_empty() {
+        if self.n == 0 {
             return Spread::default();
         }
-        let q = |x: f64| self.0.value_at_quantile(x) as f64 / 1000.0;
+        let r = |us: f64| (us / 1e3 * 1e3).round() / 1e3;
         Spread {
-            p50: q(0.5),
-            p90: q(0.9),
-            max: self.0.max() as f64 / 1000.0,
+            p50: r(self.quantile_us(0.5)),
+            p90: r(self.quantile_us(0.9)),
+            max: r(self.max_us as f64),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_within_half_a_percent() {
+        let mut d = Dist::default();
+        for ms in 1..=100 {
+            d.record(ms * 1_000_000);
+        }
+        let s = d.spread();
+        assert!((s.p50 - 50.0).abs() <= 50.0 * 0.005, "{s:?}");
+        assert!((s.p90 - 90.0).abs() <= 90.0 * 0.005, "{s:?}");
+        assert_eq!(s.max, 100.0);
+    }
+
+    #[test]
+    fn buckets_are_monotonic_and_merge_adds() {
+        let mut last = 0;
+        for us in (0..5_000_000u64).step_by(997) {
+            let b = bucket(us);
+            assert!(b >= last);
+            assert!(
+                (value(b) - us as f64).abs() <= us as f64 / 128.0 + 1.0,
+                "{us}"
+            );
+            last = b;
+        }
+        let (mut a, mut b) = (Dist::default(), Dist::default());
+        a.record(40_000_000);
+        b.record(200_000_000);
+        b.record(-5);
+        a.merge(&b);
+        assert_eq!(a.count(), 3);
+        assert_eq!(a.spread().max, 200.0);
+        assert_eq!(Dist::default().spread(), Spread::default());
     }
 }

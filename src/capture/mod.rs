@@ -70,7 +70,14 @@ pub struct Capture {
     /// Name used in messages (the path, or `-` for stdin).
     pub name: String,
     bytes: Bytes,
+    /// Mapped bytes before this offset have been handed back to the kernel.
+    released: std::sync::atomic::AtomicUsize,
 }
+
+/// Read-ahead / release window for mapped files: keeps resident memory at a
+/// few windows whatever the file size, and maps pages in bulk instead of
+/// faulting them one by one.
+pub const WINDOW: usize = 16 << 20;
 
 /// The container format, recognised by its magic number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +104,7 @@ impl Capture {
             return Ok(Capture {
                 name,
                 bytes: Bytes::Owned(buf),
+                released: Default::default(),
             });
         }
         let file = std::fs::File::open(path).map_err(|e| OpenError {
@@ -137,7 +145,13 @@ impl Capture {
             })?;
             Bytes::Owned(buf)
         };
-        Ok(Capture { name, bytes })
+        let cap = Capture {
+            name,
+            bytes,
+            released: Default::default(),
+        };
+        cap.window(0);
+        Ok(cap)
     }
 
     /// Wraps bytes already in memory (bundled captures, tests, fuzzing).
@@ -145,6 +159,7 @@ impl Capture {
         Capture {
             name: name.to_string(),
             bytes: Bytes::Owned(bytes),
+            released: Default::default(),
         }
     }
 
@@ -153,6 +168,7 @@ impl Capture {
         Capture {
             name: name.to_string(),
             bytes: Bytes::Static(bytes),
+            released: Default::default(),
         }
     }
 
@@ -162,6 +178,38 @@ impl Capture {
             Bytes::Mapped(m) => m,
             Bytes::Owned(v) => v,
             Bytes::Static(s) => s,
+        }
+    }
+
+    /// Tells the kernel the reader is at `offset` of a mapped file: map the
+    /// next window now, and drop the pages more than a window behind from this
+    /// process (they stay in the page cache). A no-op for bytes in memory.
+    pub fn window(&self, offset: usize) {
+        let Bytes::Mapped(m) = &self.bytes else {
+            return;
+        };
+        let ahead = WINDOW.min(m.len().saturating_sub(offset));
+        if ahead > 0 {
+            // Older kernels lack MADV_POPULATE_READ; WILLNEED still starts read-ahead.
+            if m.advise_range(memmap2::Advice::PopulateRead, offset, ahead)
+                .is_err()
+            {
+                let _ = m.advise_range(memmap2::Advice::WillNeed, offset, ahead);
+            }
+        }
+        let page = 4096;
+        let upto = offset.saturating_sub(WINDOW) / page * page;
+        let from = self.released.load(std::sync::atomic::Ordering::Relaxed);
+        if upto > from {
+            // SAFETY: the walk is past these bytes and no slice into them is kept
+            // (packets are decoded and dropped in order). For a read-only private
+            // file mapping, DONTNEED only drops our page-table entries: a later
+            // access would read the same file bytes again.
+            let _ = unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, upto - from)
+            };
+            self.released
+                .store(upto, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -231,6 +279,14 @@ impl<'a> Packets<'a> {
         match self.inner {
             Inner::Pcap(_) => Format::Pcap,
             Inner::PcapNg(_) => Format::PcapNg,
+        }
+    }
+
+    /// Byte offset of the next record.
+    pub fn offset(&self) -> u64 {
+        match &self.inner {
+            Inner::Pcap(r) => r.offset(),
+            Inner::PcapNg(r) => r.offset(),
         }
     }
 

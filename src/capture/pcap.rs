@@ -52,6 +52,10 @@ impl<'a> Reader<'a> {
     }
 
     #[inline]
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+
     pub(crate) fn next(&mut self) -> Option<Result<Record<'a>, Damage>> {
         if self.done || self.rest.is_empty() {
             return None;

@@ -43,6 +43,10 @@ impl<'a> Reader<'a> {
         }))
     }
 
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+
     pub(crate) fn next(&mut self) -> Option<Result<Record<'a>, Damage>> {
         if self.done || self.rest.is_empty() {
             return None;

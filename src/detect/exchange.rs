@@ -20,6 +20,7 @@ pub struct Exchanges {
 
 impl Exchanges {
     /// Feeds one event (and the stall the Nagle detector found on it, if any).
+    #[inline]
     pub fn step(&mut self, ev: &Event, stall: Option<&Stall>) -> Option<Exchange> {
         let EventKind::Data {
             len,
@@ -32,38 +33,43 @@ impl Exchanges {
         let t = ev.ts_ns;
         let bytes = u64::from(len);
         let held = stall.map_or(0, |s| s.stall_ns);
-        let mut done = None;
-        self.phase = match (std::mem::take(&mut self.phase), ev.from) {
-            (Phase::Response(x), Side::Client) => {
-                done = Some(x);
-                Phase::Request(start(ev, bytes, held))
-            }
-            (Phase::Idle, Side::Client) => Phase::Request(start(ev, bytes, held)),
-            (Phase::Request(mut x), Side::Client) => {
+        // Mutate in place: this runs on every data segment.
+        match (&mut self.phase, ev.from) {
+            (Phase::Request(x), Side::Client) => {
                 x.req_last = t;
                 x.req_bytes += bytes;
                 x.req_stall += held;
-                Phase::Request(x)
+                None
             }
-            (Phase::Request(mut x), Side::Server) => {
+            (Phase::Response(x), Side::Server) => {
+                x.resp_last = t;
+                x.resp_bytes += bytes;
+                x.resp_stall += held;
+                x.last_frame = ev.frame;
+                None
+            }
+            (Phase::Request(x), Side::Server) => {
                 x.resp_first = t;
                 x.resp_last = t;
                 x.resp_bytes = bytes;
                 x.resp_stall = held;
                 x.last_frame = ev.frame;
-                Phase::Response(x)
+                let x = *x;
+                self.phase = Phase::Response(x);
+                None
             }
-            (Phase::Response(mut x), Side::Server) => {
-                x.resp_last = t;
-                x.resp_bytes += bytes;
-                x.resp_stall += held;
-                x.last_frame = ev.frame;
-                Phase::Response(x)
+            (Phase::Response(x), Side::Client) => {
+                let done = *x;
+                self.phase = Phase::Request(start(ev, bytes, held));
+                Some(done)
+            }
+            (Phase::Idle, Side::Client) => {
+                self.phase = Phase::Request(start(ev, bytes, held));
+                None
             }
             // The server speaks first (a banner): not a request/response exchange.
-            (Phase::Idle, Side::Server) => Phase::Idle,
-        };
-        done
+            (Phase::Idle, Side::Server) => None,
+        }
     }
 
     /// The exchange still open at the end of the connection, if it got a response.

@@ -39,6 +39,9 @@ impl Handshake {
         // the SYN, the client's first ACK (or data) answers the SYN-ACK.
         let answered = ev.from.other();
         let j = answered.idx();
+        if self.reported[j] || self.syn[j].is_none() {
+            return None; // the common case: handshake long done (or never seen)
+        }
         let answers = match ev.kind {
             EventKind::Syn { .. } => ev.from == Side::Server,
             EventKind::Ack | EventKind::Data { .. } => true,

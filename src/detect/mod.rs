@@ -102,6 +102,7 @@ pub struct Detectors {
     window: window::ZeroWindow,
     /// HTTP `Server:` value from the first response, if any.
     pub server_software: Option<String>,
+    sniffed: bool,
 }
 
 impl Detectors {
@@ -124,17 +125,18 @@ impl Detectors {
                 since_ns,
             });
         }
-        if self.server_software.is_none()
+        if !self.sniffed
             && ev.from == Side::Server
             && matches!(
                 ev.kind,
                 EventKind::Data {
-                    seq: 1,
                     class: DataClass::New,
                     ..
                 }
             )
         {
+            // Only the first response can carry the header we look for.
+            self.sniffed = true;
             self.server_software = http::server_header(payload).map(str::to_string);
         }
         let stall = self.nagle.step(info, ev);

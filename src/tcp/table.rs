@@ -43,11 +43,39 @@ struct Conn<T> {
     closed: bool,
 }
 
-type Key = (Endpoint, Endpoint);
+/// Both endpoints as integers (IPv4 mapped into IPv6), lower end first:
+/// cheap to hash and compare, unlike a pair of `IpAddr` enums.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    lo: u128,
+    hi: u128,
+    ports: u32,
+}
 
 #[inline]
-fn key(a: Endpoint, b: Endpoint) -> Key {
-    if a <= b { (a, b) } else { (b, a) }
+fn addr_bits(e: &Endpoint) -> u128 {
+    match e.ip {
+        std::net::IpAddr::V4(a) => u128::from(u32::from(a)) | 0xffff_0000_0000,
+        std::net::IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+#[inline]
+fn key(a: &Endpoint, b: &Endpoint) -> Key {
+    let (x, y) = (addr_bits(a), addr_bits(b));
+    if (x, a.port) <= (y, b.port) {
+        Key {
+            lo: x,
+            hi: y,
+            ports: u32::from(a.port) << 16 | u32::from(b.port),
+        }
+    } else {
+        Key {
+            lo: y,
+            hi: x,
+            ports: u32::from(b.port) << 16 | u32::from(a.port),
+        }
+    }
 }
 
 /// Tracks every connection in a capture.
@@ -80,26 +108,24 @@ impl<T: Default> Tracker<T> {
             self.since_sweep = 0;
             self.sweep(seg.ts_ns, sink);
         }
-        let k = key(seg.src, seg.dst);
-        let is_new_syn = seg.flags.syn() && !seg.flags.ack();
-        let reuse = match self.map.get(&k) {
-            Some(c) => {
-                is_new_syn && {
-                    let h = &c.half[Side::Client.idx()];
-                    (c.closed || h.fin) && h.isn != Some(seg.seq)
-                }
+        let k = key(&seg.src, &seg.dst);
+        // One hash lookup on the common path: the connection exists and is not being reused.
+        if let Some(c) = self.map.get_mut(&k) {
+            let reused = seg.flags.syn() && !seg.flags.ack() && {
+                let h = &c.half[Side::Client.idx()];
+                (c.closed || h.fin) && h.isn != Some(seg.seq)
+            };
+            if !reused {
+                step(c, seg, sink);
+                return;
             }
-            None => false,
-        };
-        if reuse && let Some(old) = self.map.remove(&k) {
-            sink.close(&old.info, old.state, &old.totals);
+            if let Some(old) = self.map.remove(&k) {
+                sink.close(&old.info, old.state, &old.totals);
+            }
         }
-        let next_id = &mut self.next_id;
-        let conn = self.map.entry(k).or_insert_with(|| {
-            let id = *next_id;
-            *next_id += 1;
-            new_conn(id, seg)
-        });
+        let id = self.next_id;
+        self.next_id += 1;
+        let conn = self.map.entry(k).or_insert(new_conn(id, seg));
         step(conn, seg, sink);
     }
 

@@ -50,7 +50,8 @@ pub struct Segment<'a> {
     pub window: u16,
     /// Payload length on the wire, from the IP length (not cut by the snap length).
     pub len: u32,
-    /// Options the tracker uses.
+    /// Options the tracker uses; parsed on SYN segments only (the others'
+    /// options carry nothing the analysis uses), default elsewhere.
     pub options: TcpOptions,
     /// The captured part of the payload (may be shorter than `len`).
     pub payload: &'a [u8],
@@ -156,7 +157,11 @@ pub fn decode(
         flags: tcp.flags(),
         window: tcp.window(),
         len: len as u32,
-        options: tcp.options(),
+        options: if tcp.flags().syn() {
+            tcp.options()
+        } else {
+            TcpOptions::default()
+        },
         payload: &payload[..payload.len().min(len)],
     }))
 }
