@@ -11,22 +11,13 @@ const SUB: usize = 1 << SUB_BITS;
 const BUCKETS: usize = SUB + (32 - SUB_BITS as usize) * SUB;
 
 /// A mergeable distribution of durations.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Dist {
     counts: Vec<u32>,
     n: u64,
     max_us: u64,
 }
 
-impl Default for Dist {
-    fn default() -> Self {
-        Dist {
-            counts: Vec::new(),
-            n: 0,
-            max_us: 0,
-        }
-    }
-}
 
 #[inline]
 fn bucket(us: u64) -> usize {
