@@ -18,7 +18,6 @@ pub struct Dist {
     max_us: u64,
 }
 
-
 #[inline]
 fn bucket(us: u64) -> usize {
     if us < SUB as u64 {

@@ -184,3 +184,101 @@ fn ip_wire_len(
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv6/TCP packet with the given extension headers (next-header chain) and payload.
+    fn v6(exts: &[(u8, Vec<u8>)], payload: usize) -> Vec<u8> {
+        let mut tcp = vec![0u8; 20];
+        tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
+        tcp[2..4].copy_from_slice(&80u16.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = Flags::ACK;
+        tcp.extend(std::iter::repeat_n(0xab, payload));
+        let mut body = Vec::new();
+        let first = exts.first().map_or(6, |e| e.0);
+        for (i, (_, h)) in exts.iter().enumerate() {
+            let mut h = h.clone();
+            h[0] = exts.get(i + 1).map_or(6, |e| e.0);
+            body.extend(h);
+        }
+        body.extend(tcp);
+        let mut p = vec![0x60, 0, 0, 0];
+        p.extend((body.len() as u16).to_be_bytes());
+        p.extend([first, 64]);
+        p.extend([0u8; 15]);
+        p.push(1);
+        p.extend([0u8; 15]);
+        p.push(2);
+        p.extend(body);
+        p
+    }
+
+    #[test]
+    fn ipv6_extension_headers_are_walked() {
+        let hop = vec![0, 0, 1, 4, 0, 0, 0, 0]; // 8 bytes
+        let dst = vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]; // 16 bytes
+        let atomic = vec![0, 0, 0, 0, 0, 0, 0, 7]; // offset 0, no more fragments
+        let p = v6(&[(0, hop.clone()), (60, dst), (44, atomic)], 10);
+        let s = decode(1, 0, LinkType::RAW, &p, p.len() as u32)
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.src.port, s.dst.port, s.len), (40000, 80, 10));
+        // Real fragments (first or later) are skipped, as for IPv4: the TCP
+        // length of a fragment is not the segment's.
+        for frag in [[0, 0, 0, 1, 0, 0, 0, 7], [0, 0, 0, 0x10, 0, 0, 0, 7]] {
+            let p = v6(&[(44, frag.to_vec())], 10);
+            assert!(
+                decode(1, 0, LinkType::RAW, &p, p.len() as u32)
+                    .unwrap()
+                    .is_none()
+            );
+        }
+        // A chain that runs past the packet is an error, not a panic.
+        let p = v6(&[(0, hop)], 0);
+        let cut = &p[..44];
+        assert!(decode(1, 0, LinkType::RAW, cut, cut.len() as u32).is_err());
+    }
+
+    #[test]
+    fn snaplen_cut_payload_keeps_its_wire_length() {
+        let p = v6(&[], 1000);
+        let cut = &p[..40 + 20 + 16];
+        let s = decode(1, 0, LinkType::RAW, cut, p.len() as u32)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.len, 1000);
+        assert_eq!(s.payload.len(), 16);
+        // Not cut, yet the IP length claims more than the frame: malformed.
+        let mut bad = p.clone();
+        bad[4..6].copy_from_slice(&5000u16.to_be_bytes());
+        assert!(matches!(
+            decode(1, 0, LinkType::RAW, &bad, bad.len() as u32),
+            Err(WireError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn zero_ip_length_from_segmentation_offload_uses_the_frame_length() {
+        let mut p = v6(&[], 3000);
+        p[4..6].copy_from_slice(&[0, 0]);
+        let s = decode(1, 0, LinkType::RAW, &p, p.len() as u32)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.len, 3000);
+    }
+
+    #[test]
+    fn bad_tcp_data_offset_is_malformed() {
+        let mut p = v6(&[], 0);
+        p[40 + 12] = 4 << 4;
+        assert!(matches!(
+            decode(1, 0, LinkType::RAW, &p, p.len() as u32),
+            Err(WireError::Malformed(_))
+        ));
+        p[40 + 12] = 15 << 4; // 60-byte header in a 20-byte segment
+        assert!(decode(1, 0, LinkType::RAW, &p, p.len() as u32).is_err());
+    }
+}
