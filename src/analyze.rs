@@ -230,9 +230,10 @@ impl Collector<'_> {
         st.exchanges += 1;
         let to_server = info.rtt_to(Side::Server);
         let to_client = info.rtt_to(Side::Client);
-        let think = (x.resp_first - x.req_last - to_server).max(0);
+        // Application time: before the first response byte, plus pauses inside the response.
+        let think = (x.resp_first - x.req_last - to_server).max(0) + x.resp_pause;
         let transfer = (x.req_last - x.req_first - x.req_stall).max(0)
-            + (x.resp_last - x.resp_first - x.resp_stall).max(0);
+            + (x.resp_last - x.resp_first - x.resp_stall - x.resp_pause).max(0);
         let stall = x.req_stall + x.resp_stall;
         let network = to_client + to_server;
         let total = network + think + transfer + stall;

@@ -236,7 +236,7 @@ fn app_finding(server: Endpoint, s: &ServerAgg) -> Option<AppLatencyFinding> {
     let rtt = s.sum_network / s.exchanges.max(1) as i64;
     Some(AppLatencyFinding {
         summary: format!(
-            "Application latency: {server} took {} (p50; p90 {}) before its first response byte in {} of {} exchanges, while the network round trip is {}: the time is spent in the server application, not in TCP.",
+            "Application latency: {server} spent {} (p50; p90 {}) of application time, before its first response byte or pausing mid-response, in {} of {} exchanges, while the network round trip is {}: the time is in the server application, not in TCP.",
             dur_ms(think.p50),
             dur_ms(think.p90),
             s.slow,

@@ -166,6 +166,17 @@ fn think_time_is_application_latency_not_nagle() {
     assert!(r.breakdown[0].network_ms < 1.0);
 }
 
+/// TCP_NODELAY on, header, 60 ms pause, body: the client's delayed ACK comes
+/// first and the body 20 ms after it. Application time, not Nagle.
+#[test]
+fn pause_mid_response_with_nodelay_is_application_latency() {
+    let r = run("pause60_nodelay.pcap");
+    assert_eq!(kinds(&r), ["app_latency"], "{:#?}", r.findings);
+    let b = &r.breakdown[0];
+    assert!((59.0..65.0).contains(&b.think_ms), "{b:?}");
+    assert!(b.transfer_ms < 1.0 && b.stall_ms == 0.0, "{b:?}");
+}
+
 #[test]
 fn client_side_nagle_on_a_split_post() {
     let r = assert_nagle("post_split_client.pcap", "127.0.0.1:", "client", 27..=30);

@@ -1,5 +1,9 @@
 //! Request/response exchanges: a run of new client bytes, then a run of new
 //! server bytes. The next client bytes (or the end) close the exchange.
+//!
+//! Inside a response, a gap before the next segment is the application's
+//! (a "pause") unless the server was waiting: for a client ACK (the segment
+//! follows it within the round trip to the server) or held by Nagle.
 
 use super::{Exchange, Stall};
 use crate::tcp::{DataClass, Event, EventKind, Side};
@@ -12,16 +16,33 @@ enum Phase {
     Response(Exchange),
 }
 
+/// Gaps shorter than this are scheduling noise, not pauses.
+pub const PAUSE_MIN_NS: i64 = 2_000_000;
+
 /// Per-connection exchange state.
 #[derive(Debug, Default)]
 pub struct Exchanges {
     phase: Phase,
+    /// Last pure ACK from the client while the response was being sent.
+    client_ack_ts: Option<i64>,
 }
 
 impl Exchanges {
     /// Feeds one event (and the stall the Nagle detector found on it, if any).
     #[inline]
-    pub fn step(&mut self, ev: &Event, stall: Option<&Stall>) -> Option<Exchange> {
+    pub fn step(
+        &mut self,
+        ev: &Event,
+        stall: Option<&Stall>,
+        rtt_to_server: i64,
+    ) -> Option<Exchange> {
+        if ev.kind == EventKind::Ack
+            && ev.from == Side::Client
+            && matches!(self.phase, Phase::Response(_))
+        {
+            self.client_ack_ts = Some(ev.ts_ns);
+            return None;
+        }
         let EventKind::Data {
             len,
             class: DataClass::New,
@@ -42,6 +63,14 @@ impl Exchanges {
                 None
             }
             (Phase::Response(x), Side::Server) => {
+                // Released by an ACK (flow control, congestion window, Nagle):
+                // the segment follows that ACK within the round trip to the server.
+                let released = matches!(self.client_ack_ts,
+                    Some(a) if a > x.resp_last && t - a <= 2 * rtt_to_server + super::nagle::PROMPT_SLACK_NS);
+                let pause = t - x.resp_last;
+                if held == 0 && !released && pause >= PAUSE_MIN_NS {
+                    x.resp_pause += pause;
+                }
                 x.resp_last = t;
                 x.resp_bytes += bytes;
                 x.resp_stall += held;
@@ -56,6 +85,7 @@ impl Exchanges {
                 x.last_frame = ev.frame;
                 let x = *x;
                 self.phase = Phase::Response(x);
+                self.client_ack_ts = None;
                 None
             }
             (Phase::Response(x), Side::Client) => {
@@ -109,7 +139,11 @@ mod tests {
         s.data(41 * MS, Client, 100);
         s.data(42 * MS, Server, 800);
         let mut x = Exchanges::default();
-        let mut got: Vec<Exchange> = s.events.iter().filter_map(|e| x.step(e, None)).collect();
+        let mut got: Vec<Exchange> = s
+            .events
+            .iter()
+            .filter_map(|e| x.step(e, None, 20 * US))
+            .collect();
         got.extend(x.finish());
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].req_bytes, got[0].resp_bytes), (100, 800));
@@ -118,12 +152,34 @@ mod tests {
     }
 
     #[test]
+    fn a_pause_mid_response_is_the_applications_but_waiting_for_an_ack_is_not() {
+        let mut s = Seq::new();
+        s.data(0, Client, 100);
+        s.data(50 * US, Server, 200);
+        s.ack(40 * MS, Client); // delayed ACK; the app writes 5 ms later, so it was not waiting for it
+        s.data(45 * MS, Server, 600);
+        s.data(50 * MS + 100 * US, Server, 600); // 5.1 ms with no ACK between: a pause
+        s.ack(50 * MS + 200 * US, Client);
+        s.data(50 * MS + 230 * US, Server, 600); // right after the ACK: released by it, not a pause
+        s.data(60 * MS, Client, 100);
+        let mut x = Exchanges::default();
+        let got: Vec<Exchange> = s
+            .events
+            .iter()
+            .filter_map(|e| x.step(e, None, 20 * US))
+            .collect();
+        assert_eq!(got.len(), 1);
+        let pause = got[0].resp_pause;
+        assert_eq!(pause, (45 * MS - 50 * US) + (50 * MS + 100 * US - 45 * MS));
+    }
+
+    #[test]
     fn server_banner_and_unanswered_request_make_no_exchange() {
         let mut s = Seq::new();
         s.data(0, Server, 20);
         s.data(MS, Client, 10);
         let mut x = Exchanges::default();
-        assert!(s.events.iter().all(|e| x.step(e, None).is_none()));
+        assert!(s.events.iter().all(|e| x.step(e, None, 0).is_none()));
         assert!(x.finish().is_none());
     }
 }

@@ -47,6 +47,9 @@ pub struct Exchange {
     pub req_stall: i64,
     /// Nagle stall time inside the response (server-held), ns.
     pub resp_stall: i64,
+    /// Pauses inside the response that neither the network (waiting for an
+    /// ACK) nor a Nagle stall explains: the server application writing late, ns.
+    pub resp_pause: i64,
     /// First frame of the request.
     pub first_frame: u64,
     /// Last frame of the response.
@@ -143,7 +146,10 @@ impl Detectors {
         if let Some(s) = stall {
             out(Observation::Stall(s));
         }
-        if let Some(x) = self.exchanges.step(ev, stall.as_ref()) {
+        if let Some(x) = self
+            .exchanges
+            .step(ev, stall.as_ref(), info.rtt_to(Side::Server))
+        {
             out(Observation::Exchange(x));
         }
         if let Some(o) = self.handshake.step(ev) {

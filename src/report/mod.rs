@@ -235,7 +235,8 @@ pub struct AppLatencyFinding {
     pub slow_exchanges: u64,
     /// All exchanges of this server.
     pub exchanges: u64,
-    /// Server think time (request end → first response byte, network removed).
+    /// Server application time per exchange: request end → first response
+    /// byte (network removed), plus pauses inside the response.
     pub think_ms: Spread,
     /// Sum of think time over slow exchanges.
     pub time_lost_ms: f64,
@@ -258,7 +259,8 @@ pub struct Breakdown {
     pub total_spread_ms: Spread,
     /// Network round trip (client ↔ server).
     pub network_ms: f64,
-    /// Server think time: request end → first response byte, less the network.
+    /// Server application time: request end → first response byte less the
+    /// network, plus pauses inside the response that no ACK or stall explains.
     pub think_ms: f64,
     /// Time sending request and response bytes, stalls excluded.
     pub transfer_ms: f64,

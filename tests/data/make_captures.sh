@@ -180,6 +180,10 @@ if want ipv6; then py_case wwr_nagle_ipv6.pcap 28112 "--mode wwr" "-n 30" ::1; f
 # (e) think 45 ms, then ONE send(); TCP_NODELAY off; port 28107
 if want think45; then py_case think45.pcap 28107 "--mode think --think-ms 45" "-n 30"; fi
 
+# pause: headers, 60 ms pause, body, TCP_NODELAY ON; port 28119. The client's
+# delayed ACK (40 ms) comes first, the body 20 ms after it: application, not Nagle.
+if want pause60; then py_case pause60_nodelay.pcap 28119 "--mode pause --think-ms 60 --nodelay" "-n 30"; fi
+
 # (f) client-side Nagle: POST in two writes, client TCP_NODELAY off;
 #     server TCP_NODELAY on, one-write responses; port 28108
 if want post_split; then py_case post_split_client.pcap 28108 "--mode single --nodelay --body-size 200" "-n 30 --post-split --post-size 300"; fi

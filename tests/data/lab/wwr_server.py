@@ -6,6 +6,8 @@ Modes:
            then read the next request (write-write-read: Nagle+delayed-ACK bait)
   single - answer with ONE send() (headers+body)
   think  - sleep --think-ms, then answer with ONE send()
+  pause  - send the headers, sleep --think-ms, then send the body (an
+           application pausing mid-response; with --nodelay, not Nagle)
 
 TCP_NODELAY is OFF unless --nodelay is given.  Exits after --max-seconds.
 """
@@ -14,7 +16,7 @@ import argparse, socket, threading, time, sys, os
 p = argparse.ArgumentParser()
 p.add_argument("--host", default="127.0.0.1")
 p.add_argument("--port", type=int, required=True)
-p.add_argument("--mode", choices=["wwr", "single", "think"], default="wwr")
+p.add_argument("--mode", choices=["wwr", "single", "think", "pause"], default="wwr")
 p.add_argument("--nodelay", action="store_true")
 p.add_argument("--body-size", type=int, default=600)
 p.add_argument("--think-ms", type=float, default=45.0)
@@ -63,6 +65,10 @@ def handle(conn):
                 break
             if a.mode == "wwr":
                 conn.sendall(headers(len(BODY)))
+                conn.sendall(BODY)
+            elif a.mode == "pause":
+                conn.sendall(headers(len(BODY)))
+                time.sleep(a.think_ms / 1000.0)
                 conn.sendall(BODY)
             elif a.mode == "single":
                 conn.sendall(headers(len(BODY)) + BODY)
