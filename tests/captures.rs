@@ -177,6 +177,28 @@ fn pause_mid_response_with_nodelay_is_application_latency() {
     assert!(b.transfer_ms < 1.0 && b.stall_ms == 0.0, "{b:?}");
 }
 
+/// A client with a 4 KB receive buffer that reads 300 ms late: the window
+/// closes and reopens; never Nagle.
+#[test]
+fn zero_window_is_its_own_finding() {
+    let r = run("zero_window.pcap");
+    let k = kinds(&r);
+    assert!(
+        k.contains(&"zero_window") && !k.contains(&"nagle_delayed_ack"),
+        "{:#?}",
+        r.findings
+    );
+    let Finding::ZeroWindow(z) = &r.findings[0] else {
+        panic!("zero window is the costliest: {:#?}", r.findings)
+    };
+    assert_eq!(
+        (z.receiver, z.server.as_str()),
+        ("client", "127.0.0.1:28120")
+    );
+    assert_eq!(z.events, 3);
+    assert!((200.0..310.0).contains(&z.closed_ms.p50), "{z:?}");
+}
+
 #[test]
 fn client_side_nagle_on_a_split_post() {
     let r = assert_nagle("post_split_client.pcap", "127.0.0.1:", "client", 27..=30);

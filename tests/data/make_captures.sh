@@ -184,6 +184,22 @@ if want think45; then py_case think45.pcap 28107 "--mode think --think-ms 45" "-
 # delayed ACK (40 ms) comes first, the body 20 ms after it: application, not Nagle.
 if want pause60; then py_case pause60_nodelay.pcap 28119 "--mode pause --think-ms 60 --nodelay" "-n 30"; fi
 
+# zero window: a client with a small receive buffer that reads each 200 KB
+# response only 300 ms after asking; the server (TCP_NODELAY on) must wait.
+# Headers only (-s 96) to keep the file small; port 28120.
+if want zero_window; then
+    log "zero_window.pcap (port 28120)"
+    cap_start zero_window.pcap -i lo -s 96 "tcp port 28120"
+    cz=$CAPPID
+    bg srv-zw "${SERVER[@]}" --port 28120 --mode single --nodelay --body-size 200000
+    szw=$BGPID
+    wait_for "$WORK/srv-zw.out" listening
+    "${CLIENT[@]}" --port 28120 -n 3 --rcvbuf 4096 --read-delay-ms 300
+    stop "$szw"
+    cap_stop "$cz"
+    publish zero_window.pcap
+fi
+
 # (f) client-side Nagle: POST in two writes, client TCP_NODELAY off;
 #     server TCP_NODELAY on, one-write responses; port 28108
 if want post_split; then py_case post_split_client.pcap 28108 "--mode single --nodelay --body-size 200" "-n 30 --post-split --post-size 300"; fi

@@ -20,6 +20,8 @@ p.add_argument("--post-size", type=int, default=300)
 p.add_argument("--nodelay", action="store_true")
 p.add_argument("--timeout", type=float, default=30.0)
 p.add_argument("--connect-timeout", type=float, default=5.0)
+p.add_argument("--rcvbuf", type=int, default=0, help="SO_RCVBUF before connect (small: the window closes)")
+p.add_argument("--read-delay-ms", type=float, default=0.0, help="sleep after sending each request before reading")
 a = p.parse_args()
 
 deadline = time.time() + a.timeout
@@ -49,6 +51,8 @@ def one_conn(nreq):
     fam = socket.AF_INET6 if ":" in a.host else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_STREAM)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if a.nodelay else 0)
+    if a.rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, a.rcvbuf)
     s.settimeout(a.connect_timeout)
     t0 = time.time()
     s.connect((a.host, a.port))
@@ -69,6 +73,8 @@ def one_conn(nreq):
             s.sendall(body)
         else:
             s.sendall(b"GET /r%d HTTP/1.1\r\nHost: %s:%d\r\nConnection: keep-alive\r\n\r\n" % (i, hosthdr.encode(), a.port))
+        if a.read_delay_ms:
+            time.sleep(a.read_delay_ms / 1000.0)
         buf = read_response(s, buf)
         lat.append((time.time() - t) * 1000)
     s.close()

@@ -25,6 +25,7 @@ TRUTH = {
     "wwr_nagle_ipv6.pcap": ([(28112, "server")], []),
     "think45.pcap": ([], ["app_latency"]),
     "pause60_nodelay.pcap": ([], ["app_latency"]),
+    "zero_window.pcap": ([], ["zero_window"]),
     "post_split_client.pcap": ([(28108, "client")], []),
     "any_sll2.pcap": ([(28113, "server")], []),
     "any_sll.pcap": ([(28118, "server")], []),
