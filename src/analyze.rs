@@ -32,6 +32,10 @@ pub const SLOW_THINK_NS: i64 = 10_000_000;
 /// Connection rows kept before trimming to the costliest.
 const CONN_ROWS_MAX: usize = 4096;
 const CONN_ROWS_KEEP: usize = 1024;
+/// Timestamps further than this from a file's first packet (~13 days) are
+/// clamped: a damaged or stepped clock must not overflow the arithmetic
+/// (differences and sums of a few of them stay far below `i64::MAX`).
+pub const TS_SPAN_NS: i64 = 1 << 50;
 /// Re-send delay that marks a retransmission timeout (Linux RTO minimum is 200 ms).
 pub const RTO_NS: i64 = 180_000_000;
 
@@ -143,49 +147,35 @@ impl Collector<'_> {
         match o {
             Observation::Stall(s) => self.stall(info, st, s),
             Observation::Exchange(x) => self.exchange(info, st, x),
-            Observation::Retransmission {
-                from,
-                frame,
-                since_ns,
-            } => {
+            Observation::Retransmission { from, frame, since_ns } => {
                 st.retrans += 1;
-                st.lost_ns += since_ns;
+                st.lost_ns = st.lost_ns.saturating_add(since_ns);
                 let a = self.r.retrans.entry((info.server, from)).or_default();
                 a.events += 1;
                 a.timeouts += u64::from(since_ns >= RTO_NS);
                 a.dist.record(since_ns);
-                a.lost_ns += since_ns;
+                a.lost_ns = a.lost_ns.saturating_add(since_ns);
                 if st.retrans == 1 {
                     a.connections += 1;
                 }
                 push_example(&mut a.examples, &[frame], 1);
             }
-            Observation::SynRetry {
-                from,
-                retries,
-                delay_ns,
-                answered,
-                frames,
-            } => {
-                st.lost_ns += delay_ns;
+            Observation::SynRetry { from, retries, delay_ns, answered, frames } => {
+                st.lost_ns = st.lost_ns.saturating_add(delay_ns);
                 let a = self.r.syn.entry((info.server, from)).or_default();
                 a.connections += 1;
                 a.retries += u64::from(retries);
                 a.unanswered += u64::from(!answered);
                 a.dist.record(delay_ns);
-                a.lost_ns += delay_ns;
+                a.lost_ns = a.lost_ns.saturating_add(delay_ns);
                 push_example(&mut a.examples, &frames, 2);
             }
-            Observation::ZeroWindow {
-                from,
-                duration_ns,
-                frames,
-            } => {
-                st.lost_ns += duration_ns;
+            Observation::ZeroWindow { from, duration_ns, frames } => {
+                st.lost_ns = st.lost_ns.saturating_add(duration_ns);
                 let a = self.r.zero.entry((info.server, from)).or_default();
                 a.events += 1;
                 a.dist.record(duration_ns);
-                a.lost_ns += duration_ns;
+                a.lost_ns = a.lost_ns.saturating_add(duration_ns);
                 push_example(&mut a.examples, &frames, 2);
             }
         }
@@ -193,19 +183,15 @@ impl Collector<'_> {
 
     fn stall(&mut self, info: &ConnInfo, st: &mut Acc, s: Stall) {
         st.stalls[s.nagle.idx()] += 1;
-        st.lost_ns += s.stall_ns;
-        st.cur_stall += s.stall_ns;
+        st.lost_ns = st.lost_ns.saturating_add(s.stall_ns);
+        st.cur_stall = st.cur_stall.saturating_add(s.stall_ns);
         let a = self.r.nagle.entry(info.endpoint(s.nagle)).or_default();
         a.side = Some(s.nagle);
         a.peer = Some(info.endpoint(s.nagle.other()).ip);
         a.stalls.record(s.stall_ns);
         a.acks.record(s.ack_delay_ns);
-        a.lost_ns += s.stall_ns;
-        push_example(
-            &mut a.examples,
-            &[s.small_frame, s.ack_frame, s.held_frame],
-            3,
-        );
+        a.lost_ns = a.lost_ns.saturating_add(s.stall_ns);
+        push_example(&mut a.examples, &[s.small_frame, s.ack_frame, s.held_frame], 3);
         for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
             for r in rows.iter_mut() {
                 if r.frame == s.small_frame {
@@ -242,18 +228,17 @@ impl Collector<'_> {
         a.exchanges += 1;
         a.total.record(total);
         a.think.record(think);
-        a.sum_total += total;
-        a.sum_network += network;
-        a.sum_think += think;
-        a.sum_transfer += transfer;
-        a.sum_stall += stall;
+        a.sum_total = a.sum_total.saturating_add(total);
+        a.sum_network = a.sum_network.saturating_add(network);
+        a.sum_think = a.sum_think.saturating_add(think);
+        a.sum_transfer = a.sum_transfer.saturating_add(transfer);
+        a.sum_stall = a.sum_stall.saturating_add(stall);
         if think >= SLOW_THINK_NS {
             a.slow += 1;
-            a.slow_think_ns += think;
+            a.slow_think_ns = a.slow_think_ns.saturating_add(think);
             if a.slow_examples.len() < EXAMPLES * 2 {
                 // The last request frame is not tracked; the first is close enough to find it.
-                a.slow_examples
-                    .extend_from_slice(&[x.first_frame, x.last_frame]);
+                a.slow_examples.extend_from_slice(&[x.first_frame, x.last_frame]);
             }
         }
         // Close the ladder of the exchange that just ended.
@@ -332,10 +317,7 @@ impl Sink<ConnState> for Collector<'_> {
     }
 
     fn close(&mut self, info: &ConnInfo, state: ConnState, totals: &Totals) {
-        let ConnState {
-            mut det,
-            acc: mut st,
-        } = state;
+        let ConnState { mut det, acc: mut st } = state;
         det.finish(totals.last_ts, &mut |o| self.observe(info, &mut st, o));
         if info.roles == RoleSource::LowerPort {
             self.r.guessed_roles += 1;
@@ -359,10 +341,7 @@ impl Sink<ConnState> for Collector<'_> {
         {
             let mut l = Ladder {
                 connection: id.clone(),
-                title: format!(
-                    "Worst stalled exchange: connection {id}, {} lost",
-                    crate::report::text::dur(stall)
-                ),
+                title: format!("Worst stalled exchange: connection {id}, {} lost", crate::report::text::dur(stall)),
                 client: info.client.to_string(),
                 server: info.server.to_string(),
                 rows,
@@ -415,11 +394,7 @@ impl Sink<ConnState> for Collector<'_> {
 }
 
 fn sort_conns(v: &mut [report::Connection]) {
-    v.sort_by(|a, b| {
-        b.time_lost_ms
-            .total_cmp(&a.time_lost_ms)
-            .then(a.first_frame.cmp(&b.first_frame))
-    });
+    v.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(a.first_frame.cmp(&b.first_frame)));
 }
 
 /// Error for an input that gave nothing to analyse.
@@ -437,37 +412,30 @@ impl std::fmt::Display for InputError {
     }
 }
 
-fn analyze_file(
-    cap: &Capture,
-    file_tag: Option<usize>,
-    opts: &Options,
-) -> Result<FileResult, InputError> {
-    let err = |detail: String| InputError {
-        file: cap.name.clone(),
-        detail,
-    };
+fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Result<FileResult, InputError> {
+    let err = |detail: String| InputError { file: cap.name.clone(), detail };
     let mut packets = cap.packets().map_err(|e| err(e.to_string()))?;
-    let mut c = Collector {
-        file_tag,
-        opts,
-        r: FileResult::default(),
-        slots: Vec::new(),
-        slot_of: FxHashMap::default(),
-    };
+    let mut c =
+        Collector { file_tag, opts, r: FileResult::default(), slots: Vec::new(), slot_of: FxHashMap::default() };
     let mut tracker: Tracker<ConnState> = Tracker::default();
     let (mut n, mut tcp, mut other, mut bad) = (0u64, 0u64, 0u64, 0u64);
-    let (mut first_ts, mut last_ts) = (None, 0i64);
+    let (mut first_ts, mut last_ts) = (None, i64::MIN);
+    let mut clamped = 0u64;
     let mut unsupported: Vec<(LinkType, u64)> = Vec::new();
     let mut first_bad: Option<(u64, String)> = None;
+    // Map the first window now that this file's thread has started on it.
+    cap.window(0);
     let mut next_window = capture::WINDOW as u64;
     while let Some(p) = packets.next() {
         n += 1;
+        let t0 = *first_ts.get_or_insert(p.ts_ns);
+        let ts = p.ts_ns.clamp(t0.saturating_sub(TS_SPAN_NS), t0.saturating_add(TS_SPAN_NS));
+        clamped += u64::from(ts != p.ts_ns);
         if packets.offset() >= next_window {
             cap.window(packets.offset() as usize);
             next_window += capture::WINDOW as u64;
         }
-        first_ts.get_or_insert(p.ts_ns);
-        last_ts = last_ts.max(p.ts_ns);
+        last_ts = last_ts.max(ts);
         if !p.link.supported() {
             match unsupported.iter_mut().find(|(l, _)| *l == p.link) {
                 Some((_, k)) => *k += 1,
@@ -475,7 +443,7 @@ fn analyze_file(
             }
             continue;
         }
-        match wire::decode(p.frame, p.ts_ns, p.link, p.data, p.orig_len) {
+        match wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
             Ok(Some(seg)) => {
                 if opts.filter.as_ref().is_some_and(|f| !f.matches(&seg)) {
                     other += 1;
@@ -500,10 +468,7 @@ fn analyze_file(
     let damage = packets.damage().map(|d| d.to_string());
     let r = &mut c.r;
     if let Some(d) = &damage {
-        r.warnings.push(format!(
-            "{}: {d}; analysed the {n} packets before it",
-            cap.name
-        ));
+        r.warnings.push(format!("{}: {d}; analysed the {n} packets before it", cap.name));
     }
     for (l, k) in &unsupported {
         r.warnings.push(format!(
@@ -511,11 +476,14 @@ fn analyze_file(
             cap.name
         ));
     }
-    if let Some((frame, what)) = &first_bad {
+    if clamped > 0 {
         r.warnings.push(format!(
-            "{}: {bad} malformed packets skipped (first: frame {frame}, {what})",
+            "{}: {clamped} packets have timestamps more than 13 days from the first packet (a damaged or stepped clock); they were clamped",
             cap.name
         ));
+    }
+    if let Some((frame, what)) = &first_bad {
+        r.warnings.push(format!("{}: {bad} malformed packets skipped (first: frame {frame}, {what})", cap.name));
     }
     if r.guessed_roles > 0 {
         r.warnings.push(format!(
@@ -523,11 +491,15 @@ fn analyze_file(
             cap.name, r.guessed_roles
         ));
     }
+    if tcp == 0 && other == 0 && bad == 0 && !unsupported.is_empty() {
+        let links: Vec<String> = unsupported.iter().map(|(l, _)| l.to_string()).collect();
+        return Err(err(format!(
+            "link type {} is not supported (supported: Ethernet, Linux cooked SLL/SLL2, NULL/LOOP, raw IP)",
+            links.join(", ")
+        )));
+    }
     if n == 0 && damage.is_some() {
-        return Err(err(packets
-            .damage()
-            .map(|d| d.to_string())
-            .unwrap_or_default()));
+        return Err(err(packets.damage().map(|d| d.to_string()).unwrap_or_default()));
     }
     r.input = report::Input {
         file: cap.name.clone(),
@@ -548,12 +520,8 @@ fn analyze_file(
 /// count) and merges the results. Fails only if no input could be read at all.
 pub fn analyze(captures: &[Capture], opts: &Options) -> Result<Report, InputError> {
     let tag = |i: usize| (captures.len() > 1).then_some(i + 1);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(captures.len())
-        .max(1);
-    let mut results: Vec<Option<Result<FileResult, InputError>>> =
-        (0..captures.len()).map(|_| None).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(captures.len()).max(1);
+    let mut results: Vec<Option<Result<FileResult, InputError>>> = (0..captures.len()).map(|_| None).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -585,7 +553,13 @@ pub fn analyze(captures: &[Capture], opts: &Options) -> Result<Report, InputErro
         }
     }
     if ok.is_empty() {
-        return Err(errors.into_iter().next().expect("at least one input"));
+        // Name every file, on one line.
+        let mut e = errors.into_iter();
+        let mut first = e.next().expect("at least one input");
+        for more in e {
+            first.detail = format!("{}; {more}", first.detail);
+        }
+        return Err(first);
     }
     let mut merged = FileResult::default();
     let mut inputs = Vec::new();
@@ -623,7 +597,7 @@ impl CountAgg {
         self.retries += o.retries;
         self.connections += o.connections;
         self.dist.merge(&o.dist);
-        self.lost_ns += o.lost_ns;
+        self.lost_ns = self.lost_ns.saturating_add(o.lost_ns);
     }
 }
 
@@ -635,7 +609,7 @@ impl FileResult {
             a.peer = a.peer.or(b.peer);
             a.stalls.merge(&b.stalls);
             a.acks.merge(&b.acks);
-            a.lost_ns += b.lost_ns;
+            a.lost_ns = a.lost_ns.saturating_add(b.lost_ns);
             a.exchanges += b.exchanges;
             a.connections += b.connections;
             merge_examples(&mut a.examples, &b.examples, 3);
@@ -644,23 +618,21 @@ impl FileResult {
             a.exchanges += b.exchanges;
             a.total.merge(&b.total);
             a.think.merge(&b.think);
-            a.sum_total += b.sum_total;
-            a.sum_network += b.sum_network;
-            a.sum_think += b.sum_think;
-            a.sum_transfer += b.sum_transfer;
-            a.sum_stall += b.sum_stall;
+            a.sum_total = a.sum_total.saturating_add(b.sum_total);
+            a.sum_network = a.sum_network.saturating_add(b.sum_network);
+            a.sum_think = a.sum_think.saturating_add(b.sum_think);
+            a.sum_transfer = a.sum_transfer.saturating_add(b.sum_transfer);
+            a.sum_stall = a.sum_stall.saturating_add(b.sum_stall);
             a.slow += b.slow;
-            a.slow_think_ns += b.slow_think_ns;
+            a.slow_think_ns = a.slow_think_ns.saturating_add(b.slow_think_ns);
             merge_examples(&mut a.slow_examples, &b.slow_examples, 2);
             if a.software.is_none() {
                 a.software = b.software;
             }
         });
-        for (into, from, per) in [
-            (&mut self.retrans, f.retrans, 1),
-            (&mut self.syn, f.syn, 2),
-            (&mut self.zero, f.zero, 2),
-        ] {
+        for (into, from, per) in
+            [(&mut self.retrans, f.retrans, 1), (&mut self.syn, f.syn, 2), (&mut self.zero, f.zero, 2)]
+        {
             merge_map(into, from, |a, b| {
                 merge_examples(&mut a.examples, &b.examples, per);
                 a.absorb(b);

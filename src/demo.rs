@@ -25,11 +25,7 @@ pub fn proof(before: &Report, after: &Report) -> String {
     let mean = |r: &Report| r.breakdown.first().map_or(0.0, |b| b.total_ms);
     let stalls = |r: &Report| r.connections.iter().map(|c| c.stalls).sum::<u64>();
     let (b, a) = (mean(before), mean(after));
-    let speedup = if a > 0.0 {
-        format!(", {:.0}x faster", b / a)
-    } else {
-        String::new()
-    };
+    let speedup = if a > 0.0 { format!(", {:.0}x faster", b / a) } else { String::new() };
     format!(
         "PROOF: with tcp_nodelay on, the mean exchange takes {} instead of {}{speedup}; stalls {} -> {}.",
         dur((a * 1e6) as i64),
@@ -41,17 +37,9 @@ pub fn proof(before: &Report, after: &Report) -> String {
 
 /// Analyses each bundled capture on its own.
 pub fn run() -> Result<Vec<(&'static str, Report)>, InputError> {
-    let opts = Options {
-        ladder_rows: 60,
-        ..Options::default()
-    };
+    let opts = Options { ladder_rows: 60, ..Options::default() };
     CAPTURES
         .iter()
-        .map(|(title, name, bytes)| {
-            Ok((
-                *title,
-                analyze(&[Capture::from_static(name, bytes)], &opts)?,
-            ))
-        })
+        .map(|(title, name, bytes)| Ok((*title, analyze(&[Capture::from_static(name, bytes)], &opts)?)))
         .collect()
 }

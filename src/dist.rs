@@ -86,11 +86,7 @@ impl Dist {
             return Spread::default();
         }
         let r = |us: f64| (us / 1e3 * 1e3).round() / 1e3;
-        Spread {
-            p50: r(self.quantile_us(0.5)),
-            p90: r(self.quantile_us(0.9)),
-            max: r(self.max_us as f64),
-        }
+        Spread { p50: r(self.quantile_us(0.5)), p90: r(self.quantile_us(0.9)), max: r(self.max_us as f64) }
     }
 }
 
@@ -116,10 +112,7 @@ mod tests {
         for us in (0..5_000_000u64).step_by(997) {
             let b = bucket(us);
             assert!(b >= last);
-            assert!(
-                (value(b) - us as f64).abs() <= us as f64 / 128.0 + 1.0,
-                "{us}"
-            );
+            assert!((value(b) - us as f64).abs() <= us as f64 / 128.0 + 1.0, "{us}");
             last = b;
         }
         let (mut a, mut b) = (Dist::default(), Dist::default());

@@ -58,23 +58,12 @@ impl Filter {
         if words.is_empty() {
             return Err(format!("empty filter; {HELP}"));
         }
-        let mut p = Parser {
-            w: &words,
-            i: 0,
-            last: None,
-        };
+        let mut p = Parser { w: &words, i: 0, last: None };
         let expr = p.or()?;
         if p.i < words.len() {
-            return Err(format!(
-                "unexpected '{}' at word {}; {HELP}",
-                words[p.i],
-                p.i + 1
-            ));
+            return Err(format!("unexpected '{}' at word {}; {HELP}", words[p.i], p.i + 1));
         }
-        Ok(Filter {
-            expr,
-            text: text.to_string(),
-        })
+        Ok(Filter { expr, text: text.to_string() })
     }
 
     /// The filter as written.
@@ -92,19 +81,11 @@ impl Filter {
 fn in_net(a: IpAddr, net: IpAddr, len: u8) -> bool {
     match (a, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let m = if len == 0 {
-                0
-            } else {
-                u32::MAX << (32 - u32::from(len))
-            };
+            let m = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
             u32::from(a) & m == u32::from(n) & m
         }
         (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let m = if len == 0 {
-                0
-            } else {
-                u128::MAX << (128 - u32::from(len))
-            };
+            let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
             u128::from(a) & m == u128::from(n) & m
         }
         _ => false,
@@ -127,9 +108,7 @@ fn eval(e: &Expr, s: &Segment<'_>) -> bool {
         Expr::V4 => s.src.ip.is_ipv4(),
         Expr::V6 => s.src.ip.is_ipv6(),
         Expr::Net(d, net, len) => dir_match(*d, s.src.ip, s.dst.ip, |a| in_net(a, *net, *len)),
-        Expr::Ports(d, lo, hi) => {
-            dir_match(*d, s.src.port, s.dst.port, |p| (*lo..=*hi).contains(&p))
-        }
+        Expr::Ports(d, lo, hi) => dir_match(*d, s.src.port, s.dst.port, |p| (*lo..=*hi).contains(&p)),
         Expr::Not(x) => !eval(x, s),
         Expr::And(a, b) => eval(a, s) && eval(b, s),
         Expr::Or(a, b) => eval(a, s) || eval(b, s),
@@ -256,20 +235,14 @@ impl<'a> Parser<'a> {
         let bad = |what: &str| format!("'{v}' is not {what} (word {}); {HELP}", self.i);
         Ok(match kind {
             Kind::Host => {
-                let a: IpAddr = v
-                    .parse()
-                    .map_err(|_| bad("an IP address (host names are not resolved)"))?;
+                let a: IpAddr = v.parse().map_err(|_| bad("an IP address (host names are not resolved)"))?;
                 Expr::Net(dir, a, if a.is_ipv4() { 32 } else { 128 })
             }
             Kind::Net => {
                 let (a, len) = v.split_once('/').unwrap_or((v, ""));
                 let a: IpAddr = a.parse().map_err(|_| bad("a network like 10.0.0.0/8"))?;
                 let max = if a.is_ipv4() { 32 } else { 128 };
-                let len = if len.is_empty() {
-                    max
-                } else {
-                    len.parse().map_err(|_| bad("a prefix length"))?
-                };
+                let len = if len.is_empty() { max } else { len.parse().map_err(|_| bad("a prefix length"))? };
                 if len > max {
                     return Err(bad("a valid prefix length"));
                 }
@@ -280,13 +253,9 @@ impl<'a> Parser<'a> {
                 Expr::Ports(dir, p, p)
             }
             Kind::PortRange => {
-                let (a, b) = v
-                    .split_once('-')
-                    .ok_or_else(|| bad("a range like 8000-8100"))?;
-                let (a, b): (u16, u16) = (
-                    a.parse().map_err(|_| bad("a port range"))?,
-                    b.parse().map_err(|_| bad("a port range"))?,
-                );
+                let (a, b) = v.split_once('-').ok_or_else(|| bad("a range like 8000-8100"))?;
+                let (a, b): (u16, u16) =
+                    (a.parse().map_err(|_| bad("a port range"))?, b.parse().map_err(|_| bad("a port range"))?);
                 Expr::Ports(dir, a.min(b), a.max(b))
             }
         })
@@ -302,14 +271,8 @@ mod tests {
         Segment {
             frame: 1,
             ts_ns: 0,
-            src: Endpoint {
-                ip: src.parse().unwrap(),
-                port: sport,
-            },
-            dst: Endpoint {
-                ip: dst.parse().unwrap(),
-                port: dport,
-            },
+            src: Endpoint { ip: src.parse().unwrap(), port: sport },
+            dst: Endpoint { ip: dst.parse().unwrap(), port: dport },
             seq: 0,
             ack: 0,
             flags: Flags(0),
@@ -347,16 +310,8 @@ mod tests {
         assert!(e.contains("'http' is not a port number"), "{e}");
         let e = Filter::parse("tcp bogus 1").unwrap_err();
         assert!(e.contains("unexpected 'bogus' at word 2"), "{e}");
-        assert!(
-            Filter::parse("(port 1")
-                .unwrap_err()
-                .contains("missing ')'")
-        );
+        assert!(Filter::parse("(port 1").unwrap_err().contains("missing ')'"));
         assert!(Filter::parse("").is_err());
-        assert!(
-            Filter::parse("host example.com")
-                .unwrap_err()
-                .contains("not resolved")
-        );
+        assert!(Filter::parse("host example.com").unwrap_err().contains("not resolved"));
     }
 }

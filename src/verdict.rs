@@ -3,8 +3,8 @@
 use crate::analyze::{CountAgg, FileResult, NagleAgg, ServerAgg};
 use crate::report::text::{dur, plural};
 use crate::report::{
-    self, AppLatencyFinding, Breakdown, EndpointRole, Finding, HostRole, NagleFinding, Report,
-    RetransFinding, SynFinding, ZeroWindowFinding,
+    self, AppLatencyFinding, Breakdown, EndpointRole, Finding, HostRole, NagleFinding, Report, RetransFinding,
+    SynFinding, ZeroWindowFinding,
 };
 use crate::tcp::Side;
 use crate::wire::Endpoint;
@@ -21,18 +21,12 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
     let mut keys: Vec<_> = m.retrans.keys().copied().collect();
     keys.sort();
     for k in keys {
-        findings.push(Finding::Retransmission(retrans_finding(
-            k.0,
-            k.1,
-            &m.retrans[&k],
-        )));
+        findings.push(Finding::Retransmission(retrans_finding(k.0, k.1, &m.retrans[&k])));
     }
     let mut keys: Vec<_> = m.syn.keys().copied().collect();
     keys.sort();
     for k in keys {
-        findings.push(Finding::SynRetransmission(syn_finding(
-            k.0, k.1, &m.syn[&k],
-        )));
+        findings.push(Finding::SynRetransmission(syn_finding(k.0, k.1, &m.syn[&k])));
     }
     let mut keys: Vec<_> = m.zero.keys().copied().collect();
     keys.sort();
@@ -49,14 +43,15 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
         breakdown.push(breakdown_of(*ep, s));
     }
     findings.sort_by(|a, b| b.time_lost_ms().total_cmp(&a.time_lost_ms()));
-    breakdown.sort_by(|a, b| {
-        (b.stall_ms * b.exchanges as f64).total_cmp(&(a.stall_ms * a.exchanges as f64))
-    });
-    m.conns.sort_by(|a, b| {
-        b.time_lost_ms
-            .total_cmp(&a.time_lost_ms)
-            .then(a.id.cmp(&b.id))
-    });
+    breakdown.sort_by(|a, b| (b.stall_ms * b.exchanges as f64).total_cmp(&(a.stall_ms * a.exchanges as f64)));
+    // Ids are "N" or "F:N": order ties by number, not as strings ("2" before "10").
+    let num = |id: &str| -> (u64, u64) {
+        match id.split_once(':') {
+            Some((f, n)) => (f.parse().unwrap_or(0), n.parse().unwrap_or(0)),
+            None => (0, id.parse().unwrap_or(0)),
+        }
+    };
+    m.conns.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(num(&a.id).cmp(&num(&b.id))));
     let ladder = m.flow.take().or(m.worst.take().map(|w| w.1));
     Report {
         schema: report::SCHEMA_VERSION,
@@ -79,9 +74,7 @@ fn ack_timer(p50_ms: f64) -> String {
     match p50_ms {
         x if (35.0..70.0).contains(&x) => "Linux delayed ACK, 40 ms minimum (HZ/25)".into(),
         x if (85.0..130.0).contains(&x) => "macOS delayed ACK, ~100 ms".into(),
-        x if (170.0..240.0).contains(&x) => {
-            "Windows delayed ACK, 200 ms, or Linux's 200 ms maximum".into()
-        }
+        x if (170.0..240.0).contains(&x) => "Windows delayed ACK, 200 ms, or Linux's 200 ms maximum".into(),
         x => format!("delayed ACK of ~{x:.0} ms"),
     }
 }
@@ -94,12 +87,17 @@ fn nagle_fixes(ep: Endpoint, side: Side, peer: &str, software: Option<&str>) -> 
         if sw.starts_with("nginx") {
             fix.push("nginx: `tcp_nodelay on;` (the default) in the http, server or location block; look for `tcp_nodelay off`.".into());
         } else if sw.contains("python") || sw.starts_with("basehttp") {
-            fix.push("Python http.server / socketserver: set `disable_nagle_algorithm = True` on the request handler class.".into());
+            fix.push(
+                "Python http.server / socketserver: set `disable_nagle_algorithm = True` on the request handler class."
+                    .into(),
+            );
         } else {
             fix.push("JDK com.sun.net.httpserver: run with -Dsun.net.httpserver.nodelay=true; Java sockets: setTcpNoDelay(true); Python socketserver: disable_nagle_algorithm = True; Rust/tokio: set_nodelay(true); nginx: tcp_nodelay on.".into());
         }
     } else {
-        fix.push(format!("Enable TCP_NODELAY on the client ({ep}), or send each request in one write (headers and body together)."));
+        fix.push(format!(
+            "Enable TCP_NODELAY on the client ({ep}), or send each request in one write (headers and body together)."
+        ));
         fix.push("Java: socket.setTcpNoDelay(true); Python: sock.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1); Rust/tokio/hyper: set_nodelay(true).".into());
     }
     fix.push(format!(
@@ -113,15 +111,8 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, software: Option<String>) -> NagleF
     let peer = a.peer.map(|p| p.to_string()).unwrap_or_default();
     let stall = a.stalls.spread();
     let acks = a.acks.spread();
-    let what = if side == Side::Server {
-        "responses"
-    } else {
-        "requests"
-    };
-    let sw = software
-        .as_deref()
-        .map(|s| format!(", \"{s}\""))
-        .unwrap_or_default();
+    let what = if side == Side::Server { "responses" } else { "requests" };
+    let sw = software.as_deref().map(|s| format!(", \"{s}\"")).unwrap_or_default();
     let exchanges = a.exchanges.max(a.stalls.count());
     let summary = format!(
         "Nagle + delayed ACK: {} of {exchanges} {what} from {ep} ({}{sw}) were held ~{} until {peer} ({}) sent a delayed ACK; {} lost in total.",
@@ -133,14 +124,8 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, software: Option<String>) -> NagleF
     );
     NagleFinding {
         summary,
-        nagle_side: EndpointRole {
-            endpoint: ep.to_string(),
-            role: side.name(),
-        },
-        delayed_ack_side: HostRole {
-            host: peer.clone(),
-            role: side.other().name(),
-        },
+        nagle_side: EndpointRole { endpoint: ep.to_string(), role: side.name() },
+        delayed_ack_side: HostRole { host: peer.clone(), role: side.other().name() },
         stalls: a.stalls.count(),
         exchanges,
         connections: a.connections,
@@ -178,16 +163,8 @@ fn retrans_finding(server: Endpoint, from: Side, a: &CountAgg) -> RetransFinding
 
 fn syn_finding(server: Endpoint, from: Side, a: &CountAgg) -> SynFinding {
     let d = a.dist.spread();
-    let what = if from == Side::Client {
-        "SYN"
-    } else {
-        "SYN-ACK"
-    };
-    let unanswered = if a.unanswered > 0 {
-        format!(" ({} never answered)", a.unanswered)
-    } else {
-        String::new()
-    };
+    let what = if from == Side::Client { "SYN" } else { "SYN-ACK" };
+    let unanswered = if a.unanswered > 0 { format!(" ({} never answered)", a.unanswered) } else { String::new() };
     SynFinding {
         summary: format!(
             "Slow connect: {} to {server} needed {}{unanswered}; connecting took {} (p50, max {}). The 1 s (older kernels 3 s) SYN timer: a dropped SYN, full accept queue or firewall, not Nagle.",

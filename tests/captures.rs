@@ -12,41 +12,19 @@ use tcpdoctor::report::{Finding, Report};
 use common::{data, kinds, nagle, run};
 
 /// One Nagle finding for `endpoint` (or an endpoint starting so)/`role` with stalls in `stalls` and ~40–48 ms holds.
-fn assert_nagle(
-    name: &str,
-    endpoint: &str,
-    role: &str,
-    stalls: std::ops::RangeInclusive<u64>,
-) -> Report {
+fn assert_nagle(name: &str, endpoint: &str, role: &str, stalls: std::ops::RangeInclusive<u64>) -> Report {
     let r = run(name);
     let n = nagle(&r);
-    assert_eq!(
-        n.len(),
-        1,
-        "{name}: expected one Nagle finding, got {:#?}",
-        r.findings
-    );
+    assert_eq!(n.len(), 1, "{name}: expected one Nagle finding, got {:#?}", r.findings);
     let f = n[0];
     // A client's port is ephemeral: match its address only (`127.0.0.1:`).
-    assert!(
-        f.nagle_side.endpoint.starts_with(endpoint),
-        "{name}: {} is not {endpoint}",
-        f.nagle_side.endpoint
-    );
+    assert!(f.nagle_side.endpoint.starts_with(endpoint), "{name}: {} is not {endpoint}", f.nagle_side.endpoint);
     assert_eq!(f.nagle_side.role, role, "{name}");
     let other = if role == "server" { "client" } else { "server" };
     assert_eq!(f.delayed_ack_side.role, other, "{name}");
-    assert!(
-        stalls.contains(&f.stalls),
-        "{name}: {} stalls, expected {stalls:?}",
-        f.stalls
-    );
+    assert!(stalls.contains(&f.stalls), "{name}: {} stalls, expected {stalls:?}", f.stalls);
     assert!(f.exchanges >= f.stalls, "{name}");
-    assert!(
-        (40.0..50.0).contains(&f.stall_ms.p50),
-        "{name}: p50 {}",
-        f.stall_ms.p50
-    );
+    assert!((40.0..50.0).contains(&f.stall_ms.p50), "{name}: p50 {}", f.stall_ms.p50);
     assert!(f.stall_ms.max < 60.0, "{name}");
     assert!(f.time_lost_ms > 40.0 * f.stalls as f64 * 0.9, "{name}");
     assert!(f.ack_timer.starts_with("Linux"), "{name}: {}", f.ack_timer);
@@ -59,11 +37,7 @@ fn assert_nagle(
 
 fn assert_clean(name: &str) -> Report {
     let r = run(name);
-    assert!(
-        r.findings.is_empty(),
-        "{name}: expected no findings, got {:#?}",
-        r.findings
-    );
+    assert!(r.findings.is_empty(), "{name}: expected no findings, got {:#?}", r.findings);
     assert!(r.breakdown.iter().all(|b| b.stall_ms == 0.0));
     r
 }
@@ -84,20 +58,11 @@ fn write_write_read_server_with_nodelay() {
 
 #[test]
 fn same_capture_in_every_container_and_link_type() {
-    for name in [
-        "wwr_nagle_be.pcap",
-        "wwr_nagle_ns.pcap",
-        "wwr_nagle_null.pcap",
-        "wwr_nagle_raw.pcap",
-    ] {
+    for name in ["wwr_nagle_be.pcap", "wwr_nagle_ns.pcap", "wwr_nagle_null.pcap", "wwr_nagle_raw.pcap"] {
         let r = assert_nagle(name, "127.0.0.1:28101", "server", 27..=30);
         let base = run("wwr_nagle.pcap");
         assert_eq!(nagle(&r)[0].stalls, nagle(&base)[0].stalls, "{name}");
-        assert_eq!(
-            nagle(&r)[0].example_frames,
-            nagle(&base)[0].example_frames,
-            "{name}"
-        );
+        assert_eq!(nagle(&r)[0].example_frames, nagle(&base)[0].example_frames, "{name}");
     }
 }
 
@@ -128,23 +93,10 @@ fn pcapng_with_two_interfaces_and_ns_resolution() {
 
 #[test]
 fn nginx_tcp_nodelay_off_is_blamed_and_on_is_clean() {
-    let r = assert_nagle(
-        "nginx_nodelay_off.pcap",
-        "127.0.0.1:28103",
-        "server",
-        35..=40,
-    );
+    let r = assert_nagle("nginx_nodelay_off.pcap", "127.0.0.1:28103", "server", 35..=40);
     let f = nagle(&r)[0];
-    assert!(
-        f.server_software
-            .as_deref()
-            .is_some_and(|s| s.starts_with("nginx"))
-    );
-    assert!(
-        f.fix.iter().any(|x| x.contains("tcp_nodelay on")),
-        "{:?}",
-        f.fix
-    );
+    assert!(f.server_software.as_deref().is_some_and(|s| s.starts_with("nginx")));
+    assert!(f.fix.iter().any(|x| x.contains("tcp_nodelay on")), "{:?}", f.fix);
     assert_clean("nginx_nodelay_on.pcap");
 }
 
@@ -158,9 +110,7 @@ fn jdk_httpserver_default_and_nodelay() {
 fn think_time_is_application_latency_not_nagle() {
     let r = run("think45.pcap");
     assert_eq!(kinds(&r), ["app_latency"], "{:#?}", r.findings);
-    let Finding::AppLatency(a) = &r.findings[0] else {
-        unreachable!()
-    };
+    let Finding::AppLatency(a) = &r.findings[0] else { unreachable!() };
     assert_eq!(a.server, "127.0.0.1:28107");
     assert!((44.0..50.0).contains(&a.think_ms.p50), "{a:?}");
     assert!(r.breakdown[0].network_ms < 1.0);
@@ -183,18 +133,9 @@ fn pause_mid_response_with_nodelay_is_application_latency() {
 fn zero_window_is_its_own_finding() {
     let r = run("zero_window.pcap");
     let k = kinds(&r);
-    assert!(
-        k.contains(&"zero_window") && !k.contains(&"nagle_delayed_ack"),
-        "{:#?}",
-        r.findings
-    );
-    let Finding::ZeroWindow(z) = &r.findings[0] else {
-        panic!("zero window is the costliest: {:#?}", r.findings)
-    };
-    assert_eq!(
-        (z.receiver, z.server.as_str()),
-        ("client", "127.0.0.1:28120")
-    );
+    assert!(k.contains(&"zero_window") && !k.contains(&"nagle_delayed_ack"), "{:#?}", r.findings);
+    let Finding::ZeroWindow(z) = &r.findings[0] else { panic!("zero window is the costliest: {:#?}", r.findings) };
+    assert_eq!((z.receiver, z.server.as_str()), ("client", "127.0.0.1:28120"));
     assert_eq!(z.events, 3);
     assert!((200.0..310.0).contains(&z.closed_ms.p50), "{z:?}");
 }
@@ -219,19 +160,14 @@ fn loss_in_a_namespace_is_retransmission_not_nagle() {
             _ => None,
         })
         .sum();
-    assert!(
-        timeouts >= 1,
-        "an RTO (≥ 200 ms) re-send is in this capture"
-    );
+    assert!(timeouts >= 1, "an RTO (≥ 200 ms) re-send is in this capture");
 }
 
 #[test]
 fn syn_retransmission_is_a_one_second_connect() {
     let r = run("syn_retry.pcap");
     assert_eq!(kinds(&r), ["syn_retransmission"], "{:#?}", r.findings);
-    let Finding::SynRetransmission(s) = &r.findings[0] else {
-        unreachable!()
-    };
+    let Finding::SynRetransmission(s) = &r.findings[0] else { unreachable!() };
     assert_eq!(s.connections, 1);
     assert!((950.0..1100.0).contains(&s.connect_ms.p50), "{s:?}");
 }
@@ -243,41 +179,25 @@ fn veth_between_namespaces_with_vlan_tags_captured_at_the_client() {
 
 #[test]
 fn several_files_are_merged_and_ids_carry_the_file() {
-    let caps: Vec<_> = [
-        "nginx_nodelay_off.pcap",
-        "nginx_nodelay_on.pcap",
-        "think45.pcap",
-    ]
-    .iter()
-    .map(|n| Capture::open(&data(n)).unwrap())
-    .collect();
-    let r = analyze(
-        &caps,
-        &Options {
-            ladder_rows: 60,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let caps: Vec<_> = ["nginx_nodelay_off.pcap", "nginx_nodelay_on.pcap", "think45.pcap"]
+        .iter()
+        .map(|n| Capture::open(&data(n)).unwrap())
+        .collect();
+    let r = analyze(&caps, &Options { ladder_rows: 60, ..Options::default() }).unwrap();
     assert_eq!(r.inputs.len(), 3);
     assert_eq!(nagle(&r).len(), 1);
     assert_eq!(nagle(&r)[0].nagle_side.endpoint, "127.0.0.1:28103");
     assert!(kinds(&r).contains(&"app_latency"));
     assert!(r.connections.iter().all(|c| c.id.contains(':')));
-    assert_eq!(
-        r.connections[0].id, "1:1",
-        "the stalled connection comes first"
-    );
+    assert_eq!(r.connections[0].id, "1:1", "the stalled connection comes first");
 }
 
 #[test]
 fn filter_restricts_to_one_server() {
     let caps = vec![Capture::open(&data("loss_netns.pcap")).unwrap()];
     let all = analyze(&caps, &Options::default()).unwrap();
-    let opts = Options {
-        filter: Some(tcpdoctor::filter::Filter::parse("tcp port 28110").unwrap()),
-        ..Options::default()
-    };
+    let opts =
+        Options { filter: Some(tcpdoctor::filter::Filter::parse("tcp port 28110").unwrap()), ..Options::default() };
     let one = analyze(&caps, &opts).unwrap();
     assert!(one.connections.len() < all.connections.len());
     assert!(one.connections.iter().all(|c| c.server.ends_with(":28110")));
@@ -290,11 +210,7 @@ fn bin() -> Command {
 
 #[test]
 fn json_contract() {
-    let out = bin()
-        .args(["analyze", "--json"])
-        .arg(data("nginx_nodelay_off.pcap"))
-        .output()
-        .unwrap();
+    let out = bin().args(["analyze", "--json"]).arg(data("nginx_nodelay_off.pcap")).output().unwrap();
     assert!(out.status.success());
     let v: Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     let f = &v["findings"][0];
@@ -309,27 +225,17 @@ fn json_contract() {
     for k in ["p50", "p90", "max"] {
         assert!(f["stall_ms"][k].is_number(), "stall_ms.{k}");
     }
-    assert!(
-        f["example_frames"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty())
-    );
+    assert!(f["example_frames"].as_array().is_some_and(|a| !a.is_empty()));
     assert_eq!(v["schema"], 1);
 }
 
 #[test]
 fn flow_draws_the_chosen_connection() {
-    let out = bin()
-        .args(["analyze", "--flow", "1", "--ladder-rows", "8"])
-        .arg(data("wwr_nagle.pcap"))
-        .output()
-        .unwrap();
+    let out =
+        bin().args(["analyze", "--flow", "1", "--ladder-rows", "8"]).arg(data("wwr_nagle.pcap")).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("Connection 1: 127.0.0.1:"), "{text}");
-    assert!(
-        text.contains("SYN"),
-        "a connection ladder starts at its handshake"
-    );
+    assert!(text.contains("SYN"), "a connection ladder starts at its handshake");
     assert!(text.contains("more segments not shown"));
 }
 
@@ -346,11 +252,7 @@ fn stdin_gives_the_same_verdict() {
     child.stdin.take().unwrap().write_all(&bytes).unwrap();
     let out = child.wait_with_output().unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let file = bin()
-        .args(["analyze", "--json"])
-        .arg(data("jdk_default.pcap"))
-        .output()
-        .unwrap();
+    let file = bin().args(["analyze", "--json"]).arg(data("jdk_default.pcap")).output().unwrap();
     let w: Value = serde_json::from_slice(&file.stdout).unwrap();
     assert_eq!(v["findings"], w["findings"]);
 }
@@ -369,61 +271,26 @@ fn evidence_frames_agree_with_tshark() {
         .arg("-r")
         .arg(data("nginx_nodelay_off.pcap"))
         .args(["-Y", &format!("frame.number in {{{}}}", frames.join(","))])
-        .args([
-            "-T",
-            "fields",
-            "-e",
-            "frame.number",
-            "-e",
-            "tcp.srcport",
-            "-e",
-            "tcp.len",
-            "-e",
-            "frame.time_epoch",
-        ])
+        .args(["-T", "fields", "-e", "frame.number", "-e", "tcp.srcport", "-e", "tcp.len", "-e", "frame.time_epoch"])
         .output()
         .expect("tshark is installed (scripts/test.sh installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: Vec<(u64, u16, u32, f64)> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| {
             let c: Vec<&str> = l.split('\t').collect();
-            (
-                c[0].parse().unwrap(),
-                c[1].parse().unwrap(),
-                c[2].parse().unwrap(),
-                c[3].parse().unwrap(),
-            )
+            (c[0].parse().unwrap(), c[1].parse().unwrap(), c[2].parse().unwrap(), c[3].parse().unwrap())
         })
         .collect();
-    let by = |n: u64| {
-        *rows
-            .iter()
-            .find(|r| r.0 == n)
-            .expect("frame listed by tshark")
-    };
+    let by = |n: u64| *rows.iter().find(|r| r.0 == n).expect("frame listed by tshark");
     for t in f.example_frames.chunks(3) {
         let (small, ack, held) = (by(t[0]), by(t[1]), by(t[2]));
-        assert_eq!(
-            (small.1, held.1),
-            (28103, 28103),
-            "small and held segments come from the server"
-        );
+        assert_eq!((small.1, held.1), (28103, 28103), "small and held segments come from the server");
         assert_ne!(ack.1, 28103, "the late ACK comes from the client");
-        assert!(
-            small.2 > 0 && held.2 > 0 && ack.2 == 0,
-            "data, pure ACK, data"
-        );
+        assert!(small.2 > 0 && held.2 > 0 && ack.2 == 0, "data, pure ACK, data");
         assert!(ack.3 - small.3 >= 0.030, "the ACK is late");
-        assert!(
-            held.3 - ack.3 < 0.001,
-            "the held segment follows the ACK at once"
-        );
+        assert!(held.3 - ack.3 < 0.001, "the held segment follows the ACK at once");
     }
 }
 

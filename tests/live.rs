@@ -25,11 +25,7 @@ fn fresh_captures_match_the_independent_count() {
         .env("TCPDOCTOR_CAPTURE_DIR", &dir)
         .output()
         .expect("bash runs");
-    let log = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let log = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "make_captures.sh failed:\n{log}");
     let n = common::check_against_oracle(&dir);
     assert!(n >= 19, "{n} captures made:\n{log}");

@@ -23,16 +23,10 @@ fn read(name: &str) -> Pcap {
     let mut at = 24;
     while at + 16 <= b.len() {
         let caplen = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
-        records.push((
-            b[at..at + 16].to_vec(),
-            b[at + 16..at + 16 + caplen].to_vec(),
-        ));
+        records.push((b[at..at + 16].to_vec(), b[at + 16..at + 16 + caplen].to_vec()));
         at += 16 + caplen;
     }
-    Pcap {
-        header: b[..24].to_vec(),
-        records,
-    }
+    Pcap { header: b[..24].to_vec(), records }
 }
 
 impl Pcap {
@@ -45,11 +39,7 @@ impl Pcap {
         out
     }
     fn analyze(&self) -> Report {
-        analyze(
-            &[Capture::from_bytes("transformed", self.bytes())],
-            &Options::default(),
-        )
-        .unwrap()
+        analyze(&[Capture::from_bytes("transformed", self.bytes())], &Options::default()).unwrap()
     }
 }
 
@@ -87,10 +77,7 @@ fn sequence_numbers_wrapping_mid_connection_change_nothing() {
     let (a, b) = (nagle(&before)[0], nagle(&after)[0]);
     assert_eq!((a.stalls, &a.example_frames), (b.stalls, &b.example_frames));
     assert_eq!(before.breakdown[0].exchanges, after.breakdown[0].exchanges);
-    assert_eq!(
-        after.connections[0].retransmissions, 0,
-        "a wrap is not a retransmission"
-    );
+    assert_eq!(after.connections[0].retransmissions, 0, "a wrap is not a retransmission");
 }
 
 #[test]
@@ -104,11 +91,7 @@ fn capture_started_after_the_handshake_guesses_roles_by_port_and_says_so() {
     assert_eq!(n[0].nagle_side.role, "server");
     assert!(n[0].stalls >= 27);
     assert_eq!(r.connections[0].roles_from, "lower_port");
-    assert!(
-        r.warnings.iter().any(|w| w.contains("lower port")),
-        "{:?}",
-        r.warnings
-    );
+    assert!(r.warnings.iter().any(|w| w.contains("lower port")), "{:?}", r.warnings);
 }
 
 #[test]
@@ -148,9 +131,5 @@ fn swapped_data_segments_are_reordering_not_loss() {
     let before = common::run("loss_netns.pcap");
     let after = p.analyze();
     let count = |r: &Report| r.connections.iter().map(|c| c.retransmissions).sum::<u64>();
-    assert_eq!(
-        count(&before),
-        count(&after),
-        "reordering must not count as retransmission"
-    );
+    assert_eq!(count(&before), count(&after), "reordering must not count as retransmission");
 }

@@ -102,13 +102,9 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
         }
     }
     if caps.is_empty() {
-        return fail(exit::INPUT, &skipped[0]);
+        return fail(exit::INPUT, skipped.join("; "));
     }
-    let opts = Options {
-        filter,
-        flow: a.flow.clone(),
-        ladder_rows: a.ladder_rows,
-    };
+    let opts = Options { filter, flow: a.flow.clone(), ladder_rows: a.ladder_rows };
     let mut r = match analyze::analyze(&caps, &opts) {
         Ok(r) => r,
         Err(e) if skipped.is_empty() => return fail(exit::INPUT, e),
@@ -118,25 +114,21 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
         r.warnings.insert(0, format!("{s} (file skipped)"));
     }
     if let Some(id) = &a.flow
-        && r.ladder
-            .as_ref()
-            .is_none_or(|l| &l.connection != id && !l.connection.ends_with(&format!(":{id}")))
+        && r.ladder.as_ref().is_none_or(|l| &l.connection != id && !l.connection.ends_with(&format!(":{id}")))
     {
-        return fail(
-            exit::USAGE,
-            format!("--flow {id}: no such connection (ids are in the CONNECTIONS table)"),
-        );
+        return fail(exit::USAGE, format!("--flow {id}: no such connection (ids are in the CONNECTIONS table)"));
     }
     output(&r, a.json);
-    let partial = r.inputs.len() < a.files.len()
-        || r.inputs
-            .iter()
-            .any(|i| i.damage.is_some() || i.malformed_packets > 0);
+    let partial =
+        r.inputs.len() < a.files.len() || r.inputs.iter().any(|i| i.damage.is_some() || i.malformed_packets > 0);
     if partial {
-        eprintln!(
-            "tcpdoctor: warning: part of the input was damaged or skipped; results cover the rest ({} warnings)",
-            r.warnings.len()
-        );
+        // One line: the first problem (file, offset, what), and how many more.
+        let more = match r.warnings.len() {
+            0 | 1 => String::new(),
+            n => format!(" (+{} more warnings)", n - 1),
+        };
+        let first = r.warnings.first().map_or("part of the input was damaged", String::as_str);
+        eprintln!("tcpdoctor: warning: {first}{more}");
         return ExitCode::from(exit::PARTIAL);
     }
     ExitCode::from(exit::OK)
@@ -150,20 +142,14 @@ fn main() -> ExitCode {
             Ok(reports) => {
                 if json {
                     let v: Vec<_> = reports.iter().map(|(_, r)| r).collect();
-                    print(&format!(
-                        "{}\n",
-                        serde_json::to_string_pretty(&v).unwrap_or_default()
-                    ));
+                    print(&format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()));
                 } else {
                     for (title, r) in &reports {
                         print(&format!("== {title}\n\n"));
                         output(r, false);
                         print("\n");
                     }
-                    print(&format!(
-                        "{}\n",
-                        tcpdoctor::demo::proof(&reports[0].1, &reports[1].1)
-                    ));
+                    print(&format!("{}\n", tcpdoctor::demo::proof(&reports[0].1, &reports[1].1)));
                 }
                 ExitCode::from(exit::OK)
             }

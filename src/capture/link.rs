@@ -158,30 +158,15 @@ mod tests {
     fn ethernet_with_two_vlan_tags() {
         let mut f = vec![0u8; 12];
         f.extend_from_slice(&[0x88, 0xa8, 0, 10, 0x81, 0x00, 0, 20, 0x08, 0x00, 0x45]);
-        assert_eq!(
-            network_layer(LinkType::ETHERNET, &f),
-            Network::Ipv4(&[0x45])
-        );
-        assert_eq!(
-            network_layer(LinkType::ETHERNET, &f[..17]),
-            Network::Truncated
-        );
+        assert_eq!(network_layer(LinkType::ETHERNET, &f), Network::Ipv4(&[0x45]));
+        assert_eq!(network_layer(LinkType::ETHERNET, &f[..17]), Network::Truncated);
     }
 
     #[test]
     fn null_in_either_order() {
-        assert_eq!(
-            network_layer(LinkType::NULL, &[2, 0, 0, 0, 0x45]),
-            Network::Ipv4(&[0x45])
-        );
-        assert_eq!(
-            network_layer(LinkType::NULL, &[0, 0, 0, 30, 0x60]),
-            Network::Ipv6(&[0x60])
-        );
-        assert_eq!(
-            network_layer(LinkType::LOOP, &[0, 0, 0, 2, 0x45]),
-            Network::Ipv4(&[0x45])
-        );
+        assert_eq!(network_layer(LinkType::NULL, &[2, 0, 0, 0, 0x45]), Network::Ipv4(&[0x45]));
+        assert_eq!(network_layer(LinkType::NULL, &[0, 0, 0, 30, 0x60]), Network::Ipv6(&[0x60]));
+        assert_eq!(network_layer(LinkType::LOOP, &[0, 0, 0, 2, 0x45]), Network::Ipv4(&[0x45]));
     }
 
     #[test]
@@ -189,16 +174,10 @@ mod tests {
         let mut sll2 = vec![0x86, 0xdd];
         sll2.resize(20, 0);
         sll2.push(0x60);
-        assert_eq!(
-            network_layer(LinkType::LINUX_SLL2, &sll2),
-            Network::Ipv6(&[0x60])
-        );
+        assert_eq!(network_layer(LinkType::LINUX_SLL2, &sll2), Network::Ipv6(&[0x60]));
         let mut sll = vec![0u8; 14];
         sll.extend_from_slice(&[0x08, 0x00, 0x45]);
-        assert_eq!(
-            network_layer(LinkType::LINUX_SLL, &sll),
-            Network::Ipv4(&[0x45])
-        );
+        assert_eq!(network_layer(LinkType::LINUX_SLL, &sll), Network::Ipv4(&[0x45]));
         assert_eq!(network_layer(LinkType(147), &sll), Network::Other);
         assert_eq!(network_layer(LinkType::RAW, &[]), Network::Truncated);
     }

@@ -47,15 +47,29 @@ impl fmt::Display for Damage {
 /// An input that cannot be read at all.
 #[derive(Debug)]
 pub struct OpenError {
-    /// Byte offset of the problem (0 for I/O errors).
-    pub offset: u64,
+    /// Byte offset of the problem; `None` when the file could not be opened or read.
+    pub offset: Option<u64>,
     /// What was wrong.
     pub what: String,
 }
 
+impl OpenError {
+    /// An I/O problem: the bytes could not be had at all.
+    pub fn io(what: impl Into<String>) -> OpenError {
+        OpenError { offset: None, what: what.into() }
+    }
+    /// A problem with the file's contents at `offset`.
+    pub fn at(offset: u64, what: impl Into<String>) -> OpenError {
+        OpenError { offset: Some(offset), what: what.into() }
+    }
+}
+
 impl fmt::Display for OpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "offset {}: {}", self.offset, self.what)
+        match self.offset {
+            Some(o) => write!(f, "offset {o}: {}", self.what),
+            None => write!(f, "{}", self.what),
+        }
     }
 }
 
@@ -97,29 +111,13 @@ impl Capture {
             std::io::stdin()
                 .lock()
                 .read_to_end(&mut buf)
-                .map_err(|e| OpenError {
-                    offset: 0,
-                    what: format!("cannot read standard input: {e}"),
-                })?;
-            return Ok(Capture {
-                name,
-                bytes: Bytes::Owned(buf),
-                released: Default::default(),
-            });
+                .map_err(|e| OpenError::io(format!("cannot read standard input: {e}")))?;
+            return Ok(Capture { name, bytes: Bytes::Owned(buf), released: Default::default() });
         }
-        let file = std::fs::File::open(path).map_err(|e| OpenError {
-            offset: 0,
-            what: format!("cannot open: {e}"),
-        })?;
-        let meta = file.metadata().map_err(|e| OpenError {
-            offset: 0,
-            what: e.to_string(),
-        })?;
+        let file = std::fs::File::open(path).map_err(|e| OpenError::io(format!("cannot open: {e}")))?;
+        let meta = file.metadata().map_err(|e| OpenError::io(e.to_string()))?;
         if meta.is_dir() {
-            return Err(OpenError {
-                offset: 0,
-                what: "is a directory, not a capture file".into(),
-            });
+            return Err(OpenError::io("is a directory, not a capture file"));
         }
         let bytes = if meta.is_file() {
             if meta.len() == 0 {
@@ -127,10 +125,8 @@ impl Capture {
             } else {
                 // SAFETY: the map is read-only; a file truncated under us by another
                 // process would fault, as with any mmap-based reader (tcpdump -r, tshark).
-                let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| OpenError {
-                    offset: 0,
-                    what: format!("cannot map: {e}"),
-                })?;
+                let map =
+                    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| OpenError::io(format!("cannot map: {e}")))?;
                 #[cfg(unix)]
                 let _ = map.advise(memmap2::Advice::Sequential);
                 Bytes::Mapped(map)
@@ -139,37 +135,20 @@ impl Capture {
             // FIFOs and character devices (e.g. /dev/stdin, process substitution).
             let mut buf = Vec::new();
             let mut f = file;
-            f.read_to_end(&mut buf).map_err(|e| OpenError {
-                offset: 0,
-                what: e.to_string(),
-            })?;
+            f.read_to_end(&mut buf).map_err(|e| OpenError::io(e.to_string()))?;
             Bytes::Owned(buf)
         };
-        let cap = Capture {
-            name,
-            bytes,
-            released: Default::default(),
-        };
-        cap.window(0);
-        Ok(cap)
+        Ok(Capture { name, bytes, released: Default::default() })
     }
 
     /// Wraps bytes already in memory (bundled captures, tests, fuzzing).
     pub fn from_bytes(name: &str, bytes: Vec<u8>) -> Capture {
-        Capture {
-            name: name.to_string(),
-            bytes: Bytes::Owned(bytes),
-            released: Default::default(),
-        }
+        Capture { name: name.to_string(), bytes: Bytes::Owned(bytes), released: Default::default() }
     }
 
     /// Wraps bytes compiled into the binary.
     pub fn from_static(name: &str, bytes: &'static [u8]) -> Capture {
-        Capture {
-            name: name.to_string(),
-            bytes: Bytes::Static(bytes),
-            released: Default::default(),
-        }
+        Capture { name: name.to_string(), bytes: Bytes::Static(bytes), released: Default::default() }
     }
 
     /// The raw bytes.
@@ -191,9 +170,7 @@ impl Capture {
         let ahead = WINDOW.min(m.len().saturating_sub(offset));
         if ahead > 0 {
             // Older kernels lack MADV_POPULATE_READ; WILLNEED still starts read-ahead.
-            if m.advise_range(memmap2::Advice::PopulateRead, offset, ahead)
-                .is_err()
-            {
+            if m.advise_range(memmap2::Advice::PopulateRead, offset, ahead).is_err() {
                 let _ = m.advise_range(memmap2::Advice::WillNeed, offset, ahead);
             }
         }
@@ -205,11 +182,8 @@ impl Capture {
             // (packets are decoded and dropped in order). For a read-only private
             // file mapping, DONTNEED only drops our page-table entries: a later
             // access would read the same file bytes again.
-            let _ = unsafe {
-                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, upto - from)
-            };
-            self.released
-                .store(upto, std::sync::atomic::Ordering::Relaxed);
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, upto - from) };
+            self.released.store(upto, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -248,30 +222,23 @@ impl<'a> Packets<'a> {
     /// Recognises pcap or pcapng by magic number.
     pub fn new(bytes: &'a [u8]) -> Result<Packets<'a>, OpenError> {
         if bytes.is_empty() {
-            return Err(OpenError {
-                offset: 0,
-                what: "empty file (no capture header)".into(),
-            });
+            return Err(OpenError::at(0, "empty file (no capture header)"));
         }
         let inner = match format_of(bytes) {
             Some(Format::Pcap) => Inner::Pcap(pcap::Reader::new(bytes)?),
             Some(Format::PcapNg) => Inner::PcapNg(pcapng::Reader::new(bytes)?),
             None => {
                 let n = bytes.len().min(4);
-                return Err(OpenError {
-                    offset: 0,
-                    what: format!(
+                return Err(OpenError::at(
+                    0,
+                    format!(
                         "not a pcap or pcapng file (magic {}); write captures with `tcpdump -w` or `tshark -w`",
                         hex(&bytes[..n])
                     ),
-                });
+                ));
             }
         };
-        Ok(Packets {
-            inner,
-            frame: 0,
-            damage: None,
-        })
+        Ok(Packets { inner, frame: 0, damage: None })
     }
 
     /// The container format.
@@ -313,20 +280,9 @@ impl<'a> Iterator for Packets<'a> {
                     return None;
                 }
                 Some(Ok(Record::Skip)) => continue,
-                Some(Ok(Record::Packet {
-                    ts_ns,
-                    link,
-                    data,
-                    orig_len,
-                })) => {
+                Some(Ok(Record::Packet { ts_ns, link, data, orig_len })) => {
                     self.frame += 1;
-                    return Some(Packet {
-                        frame: self.frame,
-                        ts_ns,
-                        link,
-                        data,
-                        orig_len,
-                    });
+                    return Some(Packet { frame: self.frame, ts_ns, link, data, orig_len });
                 }
             }
         }
@@ -344,8 +300,5 @@ pub fn format_of(bytes: &[u8]) -> Option<Format> {
 }
 
 fn hex(b: &[u8]) -> String {
-    b.iter()
-        .map(|x| format!("{x:02x}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ")
 }

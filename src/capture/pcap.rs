@@ -2,13 +2,11 @@
 
 use super::{Damage, LinkType, OpenError, Record};
 use pcap_parser::pcap::{
-    LegacyPcapBlock, parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified,
-    parse_pcap_header,
+    LegacyPcapBlock, parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified, parse_pcap_header,
 };
 use pcap_parser::{PcapError, nom};
 
-type FrameParser =
-    for<'b> fn(&'b [u8]) -> nom::IResult<&'b [u8], LegacyPcapBlock<'b>, PcapError<&'b [u8]>>;
+type FrameParser = for<'b> fn(&'b [u8]) -> nom::IResult<&'b [u8], LegacyPcapBlock<'b>, PcapError<&'b [u8]>>;
 
 pub(crate) struct Reader<'a> {
     rest: &'a [u8],
@@ -17,17 +15,17 @@ pub(crate) struct Reader<'a> {
     link: LinkType,
     /// Multiplier from the fractional field to nanoseconds (1000 for µs files).
     frac_ns: i64,
+    big_endian: bool,
     done: bool,
 }
 
+/// libpcap's largest snap length: a record claiming more is damage, not a big packet.
+const MAX_CAPLEN: u32 = 262_144;
+
 impl<'a> Reader<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Result<Reader<'a>, OpenError> {
-        let (rest, hdr) = parse_pcap_header(bytes).map_err(|_| OpenError {
-            offset: 0,
-            what: format!(
-                "pcap file header is cut short ({} of 24 bytes)",
-                bytes.len().min(24)
-            ),
+        let (rest, hdr) = parse_pcap_header(bytes).map_err(|_| {
+            OpenError::at(0, format!("pcap file header is cut short ({} of 24 bytes)", bytes.len().min(24)))
         })?;
         let parse: FrameParser = if hdr.is_modified_format() {
             parse_pcap_frame_modified
@@ -36,17 +34,14 @@ impl<'a> Reader<'a> {
         } else {
             parse_pcap_frame
         };
-        let frac_ns = if hdr.is_nanosecond_precision() {
-            1
-        } else {
-            1000
-        };
+        let frac_ns = if hdr.is_nanosecond_precision() { 1 } else { 1000 };
         Ok(Reader {
             rest,
             offset: 24,
             parse,
             link: LinkType(hdr.network.0 as u32),
             frac_ns,
+            big_endian: hdr.is_bigendian(),
             done: false,
         })
     }
@@ -65,36 +60,35 @@ impl<'a> Reader<'a> {
                 let used = self.rest.len() - rest.len();
                 self.offset += used as u64;
                 self.rest = rest;
-                let ts_ns =
-                    i64::from(b.ts_sec) * 1_000_000_000 + i64::from(b.ts_usec) * self.frac_ns;
-                Some(Ok(Record::Packet {
-                    ts_ns,
-                    link: self.link,
-                    data: b.data,
-                    orig_len: b.origlen,
-                }))
+                let ts_ns = i64::from(b.ts_sec) * 1_000_000_000 + i64::from(b.ts_usec) * self.frac_ns;
+                Some(Ok(Record::Packet { ts_ns, link: self.link, data: b.data, orig_len: b.origlen }))
             }
             Err(_) => {
                 self.done = true;
-                Some(Err(Damage {
-                    offset: self.offset,
-                    what: truncated_what(self.rest),
-                }))
+                Some(Err(Damage { offset: self.offset, what: truncated_what(self.rest, self.big_endian) }))
             }
         }
     }
 }
 
-fn truncated_what(rest: &[u8]) -> String {
+fn truncated_what(rest: &[u8], big_endian: bool) -> String {
     if rest.len() < 16 {
-        format!(
+        return format!(
             "packet record header cut short ({} of 16 bytes); the capture was probably interrupted",
             rest.len()
+        );
+    }
+    let raw = [rest[8], rest[9], rest[10], rest[11]];
+    let caplen = if big_endian { u32::from_be_bytes(raw) } else { u32::from_le_bytes(raw) };
+    if caplen > MAX_CAPLEN {
+        format!(
+            "packet record claims {caplen} bytes (more than the {MAX_CAPLEN}-byte maximum): the file is damaged here"
         )
     } else {
         format!(
-            "packet record cut short ({} bytes left, record needs more); the capture was probably interrupted",
-            rest.len()
+            "packet record cut short ({} of {} bytes); the capture was probably interrupted",
+            rest.len() - 16,
+            caplen
         )
     }
 }

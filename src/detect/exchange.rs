@@ -30,25 +30,12 @@ pub struct Exchanges {
 impl Exchanges {
     /// Feeds one event (and the stall the Nagle detector found on it, if any).
     #[inline]
-    pub fn step(
-        &mut self,
-        ev: &Event,
-        stall: Option<&Stall>,
-        rtt_to_server: i64,
-    ) -> Option<Exchange> {
-        if ev.kind == EventKind::Ack
-            && ev.from == Side::Client
-            && matches!(self.phase, Phase::Response(_))
-        {
+    pub fn step(&mut self, ev: &Event, stall: Option<&Stall>, rtt_to_server: i64) -> Option<Exchange> {
+        if ev.kind == EventKind::Ack && ev.from == Side::Client && matches!(self.phase, Phase::Response(_)) {
             self.client_ack_ts = Some(ev.ts_ns);
             return None;
         }
-        let EventKind::Data {
-            len,
-            class: DataClass::New,
-            ..
-        } = ev.kind
-        else {
+        let EventKind::Data { len, class: DataClass::New, .. } = ev.kind else {
             return None;
         };
         let t = ev.ts_ns;
@@ -59,7 +46,7 @@ impl Exchanges {
             (Phase::Request(x), Side::Client) => {
                 x.req_last = t;
                 x.req_bytes += bytes;
-                x.req_stall += held;
+                x.req_stall = x.req_stall.saturating_add(held);
                 None
             }
             (Phase::Response(x), Side::Server) => {
@@ -69,11 +56,11 @@ impl Exchanges {
                     Some(a) if a > x.resp_last && t - a <= 2 * rtt_to_server + super::nagle::PROMPT_SLACK_NS);
                 let pause = t - x.resp_last;
                 if held == 0 && !released && pause >= PAUSE_MIN_NS {
-                    x.resp_pause += pause;
+                    x.resp_pause = x.resp_pause.saturating_add(pause);
                 }
                 x.resp_last = t;
                 x.resp_bytes += bytes;
-                x.resp_stall += held;
+                x.resp_stall = x.resp_stall.saturating_add(held);
                 x.last_frame = ev.frame;
                 None
             }
@@ -139,11 +126,7 @@ mod tests {
         s.data(41 * MS, Client, 100);
         s.data(42 * MS, Server, 800);
         let mut x = Exchanges::default();
-        let mut got: Vec<Exchange> = s
-            .events
-            .iter()
-            .filter_map(|e| x.step(e, None, 20 * US))
-            .collect();
+        let mut got: Vec<Exchange> = s.events.iter().filter_map(|e| x.step(e, None, 20 * US)).collect();
         got.extend(x.finish());
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].req_bytes, got[0].resp_bytes), (100, 800));
@@ -163,11 +146,7 @@ mod tests {
         s.data(50 * MS + 230 * US, Server, 600); // right after the ACK: released by it, not a pause
         s.data(60 * MS, Client, 100);
         let mut x = Exchanges::default();
-        let got: Vec<Exchange> = s
-            .events
-            .iter()
-            .filter_map(|e| x.step(e, None, 20 * US))
-            .collect();
+        let got: Vec<Exchange> = s.events.iter().filter_map(|e| x.step(e, None, 20 * US)).collect();
         assert_eq!(got.len(), 1);
         let pause = got[0].resp_pause;
         assert_eq!(pause, (45 * MS - 50 * US) + (50 * MS + 100 * US - 45 * MS));

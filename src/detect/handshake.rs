@@ -24,11 +24,7 @@ impl Handshake {
     pub fn step(&mut self, ev: &Event) -> Option<Observation> {
         let i = ev.from.idx();
         if let EventKind::Syn { retransmit } = ev.kind {
-            let t = self.syn[i].get_or_insert(Tries {
-                first_ts: ev.ts_ns,
-                first_frame: ev.frame,
-                ..Tries::default()
-            });
+            let t = self.syn[i].get_or_insert(Tries { first_ts: ev.ts_ns, first_frame: ev.frame, ..Tries::default() });
             t.last_ts = ev.ts_ns;
             t.last_frame = ev.frame;
             if retransmit {
@@ -130,13 +126,7 @@ mod tests {
         s.syn(3000 * MS, Client, true);
         let mut h = Handshake::default();
         assert!(s.events.iter().all(|e| h.step(e).is_none()));
-        let Some(Observation::SynRetry {
-            retries: 2,
-            answered: false,
-            delay_ns,
-            ..
-        }) = h.finish()
-        else {
+        let Some(Observation::SynRetry { retries: 2, answered: false, delay_ns, .. }) = h.finish() else {
             panic!("unanswered SYNs not reported")
         };
         assert_eq!(delay_ns, 3000 * MS);

@@ -110,33 +110,11 @@ pub struct Detectors {
 
 impl Detectors {
     /// Runs every detector on one event; `payload` is the captured payload of its segment.
-    pub fn step(
-        &mut self,
-        info: &ConnInfo,
-        ev: &Event,
-        payload: &[u8],
-        out: &mut impl FnMut(Observation),
-    ) {
-        if let EventKind::Data {
-            class: DataClass::Retransmission { since_ns, .. },
-            ..
-        } = ev.kind
-        {
-            out(Observation::Retransmission {
-                from: ev.from,
-                frame: ev.frame,
-                since_ns,
-            });
+    pub fn step(&mut self, info: &ConnInfo, ev: &Event, payload: &[u8], out: &mut impl FnMut(Observation)) {
+        if let EventKind::Data { class: DataClass::Retransmission { since_ns, .. }, .. } = ev.kind {
+            out(Observation::Retransmission { from: ev.from, frame: ev.frame, since_ns });
         }
-        if !self.sniffed
-            && ev.from == Side::Server
-            && matches!(
-                ev.kind,
-                EventKind::Data {
-                    class: DataClass::New,
-                    ..
-                }
-            )
+        if !self.sniffed && ev.from == Side::Server && matches!(ev.kind, EventKind::Data { class: DataClass::New, .. })
         {
             // Only the first response can carry the header we look for.
             self.sniffed = true;
@@ -146,10 +124,7 @@ impl Detectors {
         if let Some(s) = stall {
             out(Observation::Stall(s));
         }
-        if let Some(x) = self
-            .exchanges
-            .step(ev, stall.as_ref(), info.rtt_to(Side::Server))
-        {
+        if let Some(x) = self.exchanges.step(ev, stall.as_ref(), info.rtt_to(Side::Server)) {
             out(Observation::Exchange(x));
         }
         if let Some(o) = self.handshake.step(ev) {
@@ -184,14 +159,8 @@ pub(crate) mod build {
     pub fn info(rtt_client: i64, rtt_server: i64) -> ConnInfo {
         ConnInfo {
             id: 1,
-            client: Endpoint {
-                ip: [127, 0, 0, 1].into(),
-                port: 40000,
-            },
-            server: Endpoint {
-                ip: [127, 0, 0, 1].into(),
-                port: 8080,
-            },
+            client: Endpoint { ip: [127, 0, 0, 1].into(), port: 40000 },
+            server: Endpoint { ip: [127, 0, 0, 1].into(), port: 8080 },
             roles: RoleSource::Handshake,
             mss: [Some(1448), Some(1448)],
             rtt_to: [Some(rtt_client), Some(rtt_server)],
@@ -207,47 +176,24 @@ pub(crate) mod build {
 
     impl Seq {
         pub fn new() -> Seq {
-            Seq {
-                events: Vec::new(),
-                next: [1, 1],
-                frame: 0,
-            }
+            Seq { events: Vec::new(), next: [1, 1], frame: 0 }
         }
         fn push(&mut self, t: i64, from: Side, kind: EventKind, window: u64) -> u64 {
             self.frame += 1;
             let ack = Some(self.next[from.other().idx()]);
-            self.events.push(Event {
-                ts_ns: t,
-                frame: self.frame,
-                from,
-                kind,
-                ack,
-                window,
-            });
+            self.events.push(Event { ts_ns: t, frame: self.frame, from, kind, ack, window });
             self.frame
         }
         /// New data of `len` bytes from `from` at time `t`.
         pub fn data(&mut self, t: i64, from: Side, len: u32) -> u64 {
             let seq = self.next[from.idx()];
             self.next[from.idx()] += i64::from(len);
-            self.push(
-                t,
-                from,
-                EventKind::Data {
-                    seq,
-                    len,
-                    class: DataClass::New,
-                },
-                65535,
-            )
+            self.push(t, from, EventKind::Data { seq, len, class: DataClass::New }, 65535)
         }
         /// The last `len` bytes of `from` sent again.
         pub fn resend(&mut self, t: i64, from: Side, len: u32, since_ns: i64) -> u64 {
             let seq = self.next[from.idx()] - i64::from(len);
-            let class = DataClass::Retransmission {
-                since_ns,
-                original_frame: None,
-            };
+            let class = DataClass::Retransmission { since_ns, original_frame: None };
             self.push(t, from, EventKind::Data { seq, len, class }, 65535)
         }
         /// A pure ACK from `from` covering everything the other side sent.

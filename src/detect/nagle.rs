@@ -55,11 +55,7 @@ impl Nagle {
     pub fn step(&mut self, info: &ConnInfo, ev: &Event) -> Option<Stall> {
         let a = ev.from;
         match ev.kind {
-            EventKind::Data {
-                seq,
-                len,
-                class: DataClass::New,
-            } => {
+            EventKind::Data { seq, len, class: DataClass::New } => {
                 // B's data (piggybacking its ACK) ends any stall A could be in.
                 self.watch[a.other().idx()] = Watch::default();
                 let w = &mut self.watch[a.idx()];
@@ -78,12 +74,7 @@ impl Nagle {
                     _ => None,
                 };
                 *w = Watch {
-                    last: Some(Small {
-                        end: seq + i64::from(len),
-                        ts: ev.ts_ns,
-                        frame: ev.frame,
-                        len,
-                    }),
+                    last: Some(Small { end: seq + i64::from(len), ts: ev.ts_ns, frame: ev.frame, len }),
                     late: None,
                 };
                 found
@@ -105,11 +96,7 @@ impl Nagle {
                 let small = info.mss[a.other().idx()].is_none_or(|m| s.len < m);
                 let late = delay - info.rtt_to(a) >= LATE_NS && small && ev.window > 0;
                 if late {
-                    w.late = Some(LateAck {
-                        ts: ev.ts_ns,
-                        frame: ev.frame,
-                        delay,
-                    });
+                    w.late = Some(LateAck { ts: ev.ts_ns, frame: ev.frame, delay });
                 } else {
                     // Acked in time (or not a Nagle case): nothing can be held on it.
                     w.last = None;
@@ -146,10 +133,7 @@ mod tests {
         let got = stalls(&info(20 * US, 0), &s);
         assert_eq!(got.len(), 1);
         let st = got[0];
-        assert_eq!(
-            (st.nagle, st.small_frame, st.ack_frame, st.held_frame),
-            (Server, small, ack, held)
-        );
+        assert_eq!((st.nagle, st.small_frame, st.ack_frame, st.held_frame), (Server, small, ack, held));
         assert_eq!(st.stall_ns, 44 * MS + 15 * US - 30 * US);
     }
 

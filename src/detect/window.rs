@@ -27,10 +27,7 @@ impl ZeroWindow {
         self.last[i] = (ev.ts_ns, ev.frame);
         match (self.closed[i], ev.window) {
             (None, 0) => {
-                self.closed[i] = Some(Closed {
-                    ts: ev.ts_ns,
-                    frame: ev.frame,
-                });
+                self.closed[i] = Some(Closed { ts: ev.ts_ns, frame: ev.frame });
                 None
             }
             (Some(c), w) if w > 0 => {
@@ -50,11 +47,7 @@ impl ZeroWindow {
         for from in [Side::Client, Side::Server] {
             let i = from.idx();
             if let Some(c) = self.closed[i].take() {
-                out(Observation::ZeroWindow {
-                    from,
-                    duration_ns: last_ts - c.ts,
-                    frames: [c.frame, self.last[i].1],
-                });
+                out(Observation::ZeroWindow { from, duration_ns: last_ts - c.ts, frames: [c.frame, self.last[i].1] });
             }
         }
     }
@@ -75,14 +68,7 @@ mod tests {
         s.ack_window(300 * MS, Client, 65535);
         let mut z = ZeroWindow::default();
         let got: Vec<_> = s.events.iter().filter_map(|e| z.step(e)).collect();
-        assert_eq!(
-            got,
-            vec![Observation::ZeroWindow {
-                from: Client,
-                duration_ns: 299 * MS,
-                frames: [2, 4]
-            }]
-        );
+        assert_eq!(got, vec![Observation::ZeroWindow { from: Client, duration_ns: 299 * MS, frames: [2, 4] }]);
         let mut n = 0;
         z.finish(400 * MS, &mut |_| n += 1);
         assert_eq!(n, 0);

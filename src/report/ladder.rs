@@ -96,20 +96,10 @@ impl Ladder {
         const W: usize = 46;
         let _ = writeln!(out, "{}", self.title);
         let client = format!("{} (client)", self.client);
-        let _ = writeln!(
-            out,
-            "   frame   time ms  {client:<w$}  {} (server)",
-            self.server,
-            w = W + 1
-        );
+        let _ = writeln!(out, "   frame   time ms  {client:<w$}  {} (server)", self.server, w = W + 1);
         for r in &self.rows {
             let what = match r.kind {
-                RowKind::Syn => (if r.from == Side::Client {
-                    "SYN"
-                } else {
-                    "SYN-ACK"
-                })
-                .to_string(),
+                RowKind::Syn => (if r.from == Side::Client { "SYN" } else { "SYN-ACK" }).to_string(),
                 RowKind::Data => format!("{} B  seq {}", r.len, r.seq),
                 RowKind::Retransmission => format!("{} B  seq {} RETRANSMISSION", r.len, r.seq),
                 RowKind::OutOfOrder => format!("{} B  seq {} out of order", r.len, r.seq),

@@ -21,11 +21,7 @@ pub fn dur(ns: i64) -> String {
 
 /// "1 connection", "3 connections".
 pub fn plural(n: u64, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
+    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
 }
 
 fn ms(x: f64) -> String {
@@ -89,11 +85,7 @@ pub fn render(r: &Report) -> String {
                     .chunks(2)
                     .map(|c| c.iter().map(u64::to_string).collect::<Vec<_>>().join("-"))
                     .collect();
-                let _ = writeln!(
-                    o,
-                    "    Evidence: slow exchanges at frames {}.",
-                    pairs.join(", ")
-                );
+                let _ = writeln!(o, "    Evidence: slow exchanges at frames {}.", pairs.join(", "));
             }
         }
     }
@@ -130,11 +122,7 @@ pub fn render(r: &Report) -> String {
         );
         for c in r.connections.iter().take(CONN_ROWS) {
             let rtt = c.rtt_ms.map_or("-".to_string(), ms);
-            let guessed = if c.roles_from == "lower_port" {
-                "?"
-            } else {
-                ""
-            };
+            let guessed = if c.roles_from == "lower_port" { "?" } else { "" };
             let _ = writeln!(
                 o,
                 "  {:>6} {:<28} {:<28} {:>7} {:>9} {:>6} {:>7} {:>10} {:>9}",
@@ -151,10 +139,7 @@ pub fn render(r: &Report) -> String {
         }
         let more = r.connections.len().saturating_sub(CONN_ROWS) as u64 + r.connections_omitted;
         if more > 0 {
-            let _ = writeln!(
-                o,
-                "  … {more} more (--json lists them; --flow ID draws one)"
-            );
+            let _ = writeln!(o, "  … {more} more (--json lists them; --flow ID draws one)");
         }
     }
     if let Some(l) = &r.ladder {

@@ -76,13 +76,7 @@ impl Half {
         self.hi = 1;
         self.inflight.clear();
         self.holes.clear();
-        self.inflight.push_back(Sent {
-            start: 0,
-            end: 1,
-            ts,
-            frame,
-            resent: false,
-        });
+        self.inflight.push_back(Sent { start: 0, end: 1, ts, frame, resent: false });
         false
     }
 
@@ -93,56 +87,30 @@ impl Half {
             if len <= 1 && start == self.hi - 1 {
                 return DataClass::Probe;
             }
-            if let Some(i) = self
-                .holes
-                .iter()
-                .position(|h| start < h.end && end > h.start)
-            {
+            if let Some(i) = self.holes.iter().position(|h| start < h.end && end > h.start) {
                 let h = self.holes[i];
                 self.fill_hole(i, start, end);
                 if ts - h.ts < REORDER_NS {
                     return DataClass::OutOfOrder;
                 }
-                return DataClass::Retransmission {
-                    since_ns: ts - h.ts,
-                    original_frame: None,
-                };
+                return DataClass::Retransmission { since_ns: ts - h.ts, original_frame: None };
             }
-            let orig = self
-                .inflight
-                .iter_mut()
-                .find(|s| s.start <= start && start < s.end);
+            let orig = self.inflight.iter_mut().find(|s| s.start <= start && start < s.end);
             return match orig {
                 Some(s) => {
                     s.resent = true;
-                    DataClass::Retransmission {
-                        since_ns: ts - s.ts,
-                        original_frame: Some(s.frame),
-                    }
+                    DataClass::Retransmission { since_ns: ts - s.ts, original_frame: Some(s.frame) }
                 }
-                None => DataClass::Retransmission {
-                    since_ns: 0,
-                    original_frame: None,
-                },
+                None => DataClass::Retransmission { since_ns: 0, original_frame: None },
             };
         }
         if start > self.hi && self.holes.len() < HOLES_CAP {
-            self.holes.push(Hole {
-                start: self.hi,
-                end: start,
-                ts,
-            });
+            self.holes.push(Hole { start: self.hi, end: start, ts });
         }
         if self.inflight.len() == INFLIGHT_CAP {
             self.inflight.pop_front();
         }
-        self.inflight.push_back(Sent {
-            start,
-            end,
-            ts,
-            frame,
-            resent: false,
-        });
+        self.inflight.push_back(Sent { start, end, ts, frame, resent: false });
         self.hi = self.hi.max(end);
         DataClass::New
     }
@@ -157,18 +125,10 @@ impl Half {
         let h = self.holes[i];
         self.holes.swap_remove(i);
         if h.start < start {
-            self.holes.push(Hole {
-                start: h.start,
-                end: start,
-                ts: h.ts,
-            });
+            self.holes.push(Hole { start: h.start, end: start, ts: h.ts });
         }
         if end < h.end && self.holes.len() < HOLES_CAP {
-            self.holes.push(Hole {
-                start: end,
-                end: h.end,
-                ts: h.ts,
-            });
+            self.holes.push(Hole { start: end, end: h.end, ts: h.ts });
         }
     }
 
@@ -211,13 +171,7 @@ mod tests {
         h.rel(1000);
         h.data(1, 100, 0, 7);
         let c = h.data(1, 100, 250_000_000, 9);
-        assert_eq!(
-            c,
-            DataClass::Retransmission {
-                since_ns: 250_000_000,
-                original_frame: Some(7)
-            }
-        );
+        assert_eq!(c, DataClass::Retransmission { since_ns: 250_000_000, original_frame: Some(7) });
     }
 
     #[test]
@@ -228,10 +182,7 @@ mod tests {
         h.data(21, 10, 0, 2); // 11..21 missing
         assert_eq!(h.data(11, 10, 1_000_000, 3), DataClass::OutOfOrder);
         h.data(41, 10, 2_000_000, 4); // 31..41 missing
-        assert!(matches!(
-            h.data(31, 10, 300_000_000, 5),
-            DataClass::Retransmission { .. }
-        ));
+        assert!(matches!(h.data(31, 10, 300_000_000, 5), DataClass::Retransmission { .. }));
     }
 
     #[test]

@@ -64,17 +64,9 @@ fn addr_bits(e: &Endpoint) -> u128 {
 fn key(a: &Endpoint, b: &Endpoint) -> Key {
     let (x, y) = (addr_bits(a), addr_bits(b));
     if (x, a.port) <= (y, b.port) {
-        Key {
-            lo: x,
-            hi: y,
-            ports: u32::from(a.port) << 16 | u32::from(b.port),
-        }
+        Key { lo: x, hi: y, ports: u32::from(a.port) << 16 | u32::from(b.port) }
     } else {
-        Key {
-            lo: y,
-            hi: x,
-            ports: u32::from(b.port) << 16 | u32::from(a.port),
-        }
+        Key { lo: y, hi: x, ports: u32::from(b.port) << 16 | u32::from(a.port) }
     }
 }
 
@@ -87,11 +79,7 @@ pub struct Tracker<T> {
 
 impl<T: Default> Default for Tracker<T> {
     fn default() -> Self {
-        Tracker {
-            map: FxHashMap::default(),
-            next_id: 1,
-            since_sweep: 0,
-        }
+        Tracker { map: FxHashMap::default(), next_id: 1, since_sweep: 0 }
     }
 }
 
@@ -169,31 +157,16 @@ fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>) -> Conn<T> {
         (seg.src, seg.dst, RoleSource::LowerPort)
     };
     Conn {
-        info: ConnInfo {
-            id,
-            client,
-            server,
-            roles,
-            mss: [None; 2],
-            rtt_to: [None; 2],
-        },
+        info: ConnInfo { id, client, server, roles, mss: [None; 2], rtt_to: [None; 2] },
         half: [Half::default(), Half::default()],
         state: T::default(),
-        totals: Totals {
-            first_ts: seg.ts_ns,
-            first_frame: seg.frame,
-            ..Totals::default()
-        },
+        totals: Totals { first_ts: seg.ts_ns, first_frame: seg.frame, ..Totals::default() },
         closed: false,
     }
 }
 
 fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
-    let from = if seg.src == c.info.client {
-        Side::Client
-    } else {
-        Side::Server
-    };
+    let from = if seg.src == c.info.client { Side::Client } else { Side::Server };
     let (me, peer) = {
         let [a, b] = &mut c.half;
         if from == Side::Client { (a, b) } else { (b, a) }
@@ -217,14 +190,7 @@ fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
     };
     let window = u64::from(seg.window) << scale;
     let emit = |kind: EventKind, sink: &mut S, c_info: &ConnInfo, state: &mut T| {
-        let ev = Event {
-            ts_ns: seg.ts_ns,
-            frame: seg.frame,
-            from,
-            kind,
-            ack,
-            window,
-        };
+        let ev = Event { ts_ns: seg.ts_ns, frame: seg.frame, from, kind, ack, window };
         sink.event(c_info, state, &ev, seg);
     };
 
@@ -247,16 +213,7 @@ fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
     let start = me.rel(seg.seq);
     if seg.len > 0 {
         let class = me.data(start, seg.len, seg.ts_ns, seg.frame);
-        emit(
-            EventKind::Data {
-                seq: start,
-                len: seg.len,
-                class,
-            },
-            sink,
-            &c.info,
-            &mut c.state,
-        );
+        emit(EventKind::Data { seq: start, len: seg.len, class }, sink, &c.info, &mut c.state);
     }
     if f.fin() {
         me.fin(start + i64::from(seg.len));

@@ -98,16 +98,12 @@ impl<'a> Ipv6Header<'a> {
         for _ in 0..16 {
             match next {
                 0 | 43 | 60 | 135 | 139 | 140 => {
-                    let h = p
-                        .get(off..off + 2)
-                        .ok_or(WireError::Truncated("IPv6 extension header"))?;
+                    let h = p.get(off..off + 2).ok_or(WireError::Truncated("IPv6 extension header"))?;
                     next = h[0];
                     off += (usize::from(h[1]) + 1) * 8;
                 }
                 44 => {
-                    let h = p
-                        .get(off..off + 8)
-                        .ok_or(WireError::Truncated("IPv6 fragment header"))?;
+                    let h = p.get(off..off + 8).ok_or(WireError::Truncated("IPv6 fragment header"))?;
                     let frag = u16::from_be_bytes([h[2], h[3]]);
                     if frag & 0xfff9 != 0 {
                         return Ok(None); // a fragment: its TCP header is not reassembled here
@@ -116,9 +112,7 @@ impl<'a> Ipv6Header<'a> {
                     off += 8;
                 }
                 51 => {
-                    let h = p
-                        .get(off..off + 2)
-                        .ok_or(WireError::Truncated("IPv6 AH header"))?;
+                    let h = p.get(off..off + 2).ok_or(WireError::Truncated("IPv6 AH header"))?;
                     next = h[0];
                     off += (usize::from(h[1]) + 2) * 4;
                 }
@@ -131,8 +125,6 @@ impl<'a> Ipv6Header<'a> {
                 }
             }
         }
-        Err(WireError::Malformed(
-            "IPv6 extension header chain (too long)",
-        ))
+        Err(WireError::Malformed("IPv6 extension header chain (too long)"))
     }
 }

@@ -92,19 +92,12 @@ pub fn decode(
                 return Ok(None);
             }
             let wire_len = ip_wire_len(ip.total_len() as usize, p.len(), data.len(), orig_len)
-                .ok_or(WireError::Malformed(
-                    "IPv4 total length (longer than the frame)",
-                ))?;
+                .ok_or(WireError::Malformed("IPv4 total length (longer than the frame)"))?;
             let hl = ip.header_len();
             if wire_len < hl {
                 return Err(WireError::Malformed("IPv4 total length"));
             }
-            (
-                IpAddr::V4(ip.src()),
-                IpAddr::V4(ip.dst()),
-                &p[hl..],
-                wire_len - hl,
-            )
+            (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), &p[hl..], wire_len - hl)
         }
         Network::Ipv6(p) => {
             let ip = Ipv6Header::parse(p)?;
@@ -116,18 +109,12 @@ pub fn decode(
             }
             let plen = ip.payload_len() as usize;
             let total = if plen == 0 { 0 } else { plen + 40 };
-            let wire_len = ip_wire_len(total, p.len(), data.len(), orig_len).ok_or(
-                WireError::Malformed("IPv6 payload length (longer than the frame)"),
-            )?;
+            let wire_len = ip_wire_len(total, p.len(), data.len(), orig_len)
+                .ok_or(WireError::Malformed("IPv6 payload length (longer than the frame)"))?;
             if wire_len < off {
                 return Err(WireError::Malformed("IPv6 payload length"));
             }
-            (
-                IpAddr::V6(ip.src()),
-                IpAddr::V6(ip.dst()),
-                &p[off..],
-                wire_len - off,
-            )
+            (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()), &p[off..], wire_len - off)
         }
         Network::Other => return Ok(None),
         Network::Truncated => return Err(WireError::Truncated("link-layer header")),
@@ -135,33 +122,21 @@ pub fn decode(
     let tcp = TcpHeader::parse(l4)?;
     let hl = tcp.header_len();
     if l4_wire_len < hl {
-        return Err(WireError::Malformed(
-            "TCP length (IP length shorter than the TCP header)",
-        ));
+        return Err(WireError::Malformed("TCP length (IP length shorter than the TCP header)"));
     }
     let len = l4_wire_len - hl;
     let payload = l4.get(hl..).unwrap_or(&[]);
     Ok(Some(Segment {
         frame,
         ts_ns,
-        src: Endpoint {
-            ip: src,
-            port: tcp.src_port(),
-        },
-        dst: Endpoint {
-            ip: dst,
-            port: tcp.dst_port(),
-        },
+        src: Endpoint { ip: src, port: tcp.src_port() },
+        dst: Endpoint { ip: dst, port: tcp.dst_port() },
         seq: tcp.seq(),
         ack: tcp.ack(),
         flags: tcp.flags(),
         window: tcp.window(),
         len: len as u32,
-        options: if tcp.flags().syn() {
-            tcp.options()
-        } else {
-            TcpOptions::default()
-        },
+        options: if tcp.flags().syn() { tcp.options() } else { TcpOptions::default() },
         payload: &payload[..payload.len().min(len)],
     }))
 }
@@ -170,12 +145,7 @@ pub fn decode(
 /// captured on the sending host) falls back to the frame's original length.
 /// `None` when the field claims more than the frame held on the wire.
 #[inline]
-fn ip_wire_len(
-    field: usize,
-    ip_caplen: usize,
-    frame_caplen: usize,
-    orig_len: u32,
-) -> Option<usize> {
+fn ip_wire_len(field: usize, ip_caplen: usize, frame_caplen: usize, orig_len: u32) -> Option<usize> {
     let link_hdr = frame_caplen - ip_caplen;
     let on_wire = (orig_len as usize).saturating_sub(link_hdr).max(ip_caplen);
     match field {
@@ -222,19 +192,13 @@ mod tests {
         let dst = vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]; // 16 bytes
         let atomic = vec![0, 0, 0, 0, 0, 0, 0, 7]; // offset 0, no more fragments
         let p = v6(&[(0, hop.clone()), (60, dst), (44, atomic)], 10);
-        let s = decode(1, 0, LinkType::RAW, &p, p.len() as u32)
-            .unwrap()
-            .unwrap();
+        let s = decode(1, 0, LinkType::RAW, &p, p.len() as u32).unwrap().unwrap();
         assert_eq!((s.src.port, s.dst.port, s.len), (40000, 80, 10));
         // Real fragments (first or later) are skipped, as for IPv4: the TCP
         // length of a fragment is not the segment's.
         for frag in [[0, 0, 0, 1, 0, 0, 0, 7], [0, 0, 0, 0x10, 0, 0, 0, 7]] {
             let p = v6(&[(44, frag.to_vec())], 10);
-            assert!(
-                decode(1, 0, LinkType::RAW, &p, p.len() as u32)
-                    .unwrap()
-                    .is_none()
-            );
+            assert!(decode(1, 0, LinkType::RAW, &p, p.len() as u32).unwrap().is_none());
         }
         // A chain that runs past the packet is an error, not a panic.
         let p = v6(&[(0, hop)], 0);
@@ -246,27 +210,20 @@ mod tests {
     fn snaplen_cut_payload_keeps_its_wire_length() {
         let p = v6(&[], 1000);
         let cut = &p[..40 + 20 + 16];
-        let s = decode(1, 0, LinkType::RAW, cut, p.len() as u32)
-            .unwrap()
-            .unwrap();
+        let s = decode(1, 0, LinkType::RAW, cut, p.len() as u32).unwrap().unwrap();
         assert_eq!(s.len, 1000);
         assert_eq!(s.payload.len(), 16);
         // Not cut, yet the IP length claims more than the frame: malformed.
         let mut bad = p.clone();
         bad[4..6].copy_from_slice(&5000u16.to_be_bytes());
-        assert!(matches!(
-            decode(1, 0, LinkType::RAW, &bad, bad.len() as u32),
-            Err(WireError::Malformed(_))
-        ));
+        assert!(matches!(decode(1, 0, LinkType::RAW, &bad, bad.len() as u32), Err(WireError::Malformed(_))));
     }
 
     #[test]
     fn zero_ip_length_from_segmentation_offload_uses_the_frame_length() {
         let mut p = v6(&[], 3000);
         p[4..6].copy_from_slice(&[0, 0]);
-        let s = decode(1, 0, LinkType::RAW, &p, p.len() as u32)
-            .unwrap()
-            .unwrap();
+        let s = decode(1, 0, LinkType::RAW, &p, p.len() as u32).unwrap().unwrap();
         assert_eq!(s.len, 3000);
     }
 
@@ -274,10 +231,7 @@ mod tests {
     fn bad_tcp_data_offset_is_malformed() {
         let mut p = v6(&[], 0);
         p[40 + 12] = 4 << 4;
-        assert!(matches!(
-            decode(1, 0, LinkType::RAW, &p, p.len() as u32),
-            Err(WireError::Malformed(_))
-        ));
+        assert!(matches!(decode(1, 0, LinkType::RAW, &p, p.len() as u32), Err(WireError::Malformed(_))));
         p[40 + 12] = 15 << 4; // 60-byte header in a 20-byte segment
         assert!(decode(1, 0, LinkType::RAW, &p, p.len() as u32).is_err());
     }

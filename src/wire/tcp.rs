@@ -155,9 +155,7 @@ mod tests {
     #[test]
     fn options_of_a_linux_syn() {
         // MSS 65495, SACK-permitted, timestamps, NOP, wscale 7.
-        let o = [
-            2, 4, 0xff, 0xd7, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
-        ];
+        let o = [2, 4, 0xff, 0xd7, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7];
         let p = parse_options(&o);
         assert_eq!(p.mss, Some(65495));
         assert!(p.sack_permitted);
@@ -169,9 +167,6 @@ mod tests {
     fn bad_option_lengths_stop_the_walk() {
         assert_eq!(parse_options(&[2, 0, 1, 1]), TcpOptions::default());
         assert_eq!(parse_options(&[2, 40, 1]), TcpOptions::default());
-        assert_eq!(
-            parse_options(&[5, 10, 0, 0, 0, 0, 0, 0, 0, 0]).sack_blocks,
-            1
-        );
+        assert_eq!(parse_options(&[5, 10, 0, 0, 0, 0, 0, 0, 0, 0]).sack_blocks, 1);
     }
 }

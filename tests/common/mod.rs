@@ -10,34 +10,15 @@ use tcpdoctor::report::{Finding, NagleFinding, Report};
 
 /// Path of a file in tests/data.
 pub fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
 
 /// Analyses one capture, which must be undamaged.
 pub fn run_path(path: &Path) -> Report {
     let cap = Capture::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let r = analyze(
-        &[cap],
-        &Options {
-            ladder_rows: 60,
-            ..Options::default()
-        },
-    )
-    .expect("analysable");
-    assert!(
-        r.inputs[0].damage.is_none(),
-        "{}: damaged: {:?}",
-        path.display(),
-        r.inputs[0].damage
-    );
-    assert_eq!(
-        r.inputs[0].malformed_packets,
-        0,
-        "{}: malformed packets",
-        path.display()
-    );
+    let r = analyze(&[cap], &Options { ladder_rows: 60, ..Options::default() }).expect("analysable");
+    assert!(r.inputs[0].damage.is_none(), "{}: damaged: {:?}", path.display(), r.inputs[0].damage);
+    assert_eq!(r.inputs[0].malformed_packets, 0, "{}: malformed packets", path.display());
     r
 }
 
@@ -90,29 +71,15 @@ pub fn check_against_oracle(dir: &Path) -> usize {
                 .find(|f| f.nagle_side.endpoint == w["endpoint"].as_str().unwrap())
                 .unwrap_or_else(|| panic!("{name}: no Nagle finding for {}", w["endpoint"]));
             assert_eq!(f.nagle_side.role, w["role"].as_str().unwrap(), "{name}");
-            let (lo, hi) = (
-                w["min_stalls"].as_u64().unwrap(),
-                w["max_stalls"].as_u64().unwrap(),
-            );
-            assert!(
-                (lo..=hi).contains(&f.stalls),
-                "{name}: {} stalls, expected {lo}..={hi}",
-                f.stalls
-            );
+            let (lo, hi) = (w["min_stalls"].as_u64().unwrap(), w["max_stalls"].as_u64().unwrap());
+            assert!((lo..=hi).contains(&f.stalls), "{name}: {} stalls, expected {lo}..={hi}", f.stalls);
         }
         for ep in want["must_not_blame"].as_array().unwrap() {
-            assert!(
-                got.iter()
-                    .all(|f| f.nagle_side.endpoint != ep.as_str().unwrap()),
-                "{name}: {ep} blamed"
-            );
+            assert!(got.iter().all(|f| f.nagle_side.endpoint != ep.as_str().unwrap()), "{name}: {ep} blamed");
         }
         let k = kinds(&r);
         for other in want["other_kinds"].as_array().unwrap() {
-            assert!(
-                k.contains(&other.as_str().unwrap()),
-                "{name}: {other} missing from {k:?}"
-            );
+            assert!(k.contains(&other.as_str().unwrap()), "{name}: {other} missing from {k:?}");
         }
     }
     expected.len()
@@ -123,10 +90,7 @@ pub fn check_against_oracle(dir: &Path) -> usize {
 /// passes by skipping. `scripts/test.sh` installs every tool.
 pub fn require(tool: &str) -> bool {
     let found = Command::new("sh")
-        .args([
-            "-c",
-            &format!("command -v {tool} || test -x /usr/sbin/{tool}"),
-        ])
+        .args(["-c", &format!("command -v {tool} || test -x /usr/sbin/{tool}")])
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
