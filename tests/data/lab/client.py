@@ -10,6 +10,8 @@ Bounded by --timeout seconds overall.
 """
 import argparse, socket, sys, time
 
+from httpmsg import read_message
+
 p = argparse.ArgumentParser()
 p.add_argument("--host", default="127.0.0.1")
 p.add_argument("--port", type=int, required=True)
@@ -28,23 +30,10 @@ deadline = time.time() + a.timeout
 
 
 def read_response(s, buf):
-    while b"\r\n\r\n" not in buf:
-        d = s.recv(65536)
-        if not d:
-            raise EOFError("server closed")
-        buf += d
-    head, rest = buf.split(b"\r\n\r\n", 1)
-    clen = 0
-    for line in head.split(b"\r\n")[1:]:
-        k, _, v = line.partition(b":")
-        if k.strip().lower() == b"content-length":
-            clen = int(v.strip())
-    while len(rest) < clen:
-        d = s.recv(65536)
-        if not d:
-            raise EOFError("server closed mid-body")
-        rest += d
-    return rest[clen:]
+    head, rest = read_message(s, buf)
+    if head is None:
+        raise EOFError("server closed")
+    return rest
 
 
 def one_conn(nreq):

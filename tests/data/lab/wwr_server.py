@@ -13,6 +13,8 @@ TCP_NODELAY is OFF unless --nodelay is given.  Exits after --max-seconds.
 """
 import argparse, socket, threading, time, sys, os
 
+from httpmsg import read_message
+
 p = argparse.ArgumentParser()
 p.add_argument("--host", default="127.0.0.1")
 p.add_argument("--port", type=int, required=True)
@@ -32,24 +34,8 @@ def headers(n):
 
 
 def read_request(conn, buf):
-    """Return (request_bytes, rest) or (None, buf) on EOF."""
-    while b"\r\n\r\n" not in buf:
-        d = conn.recv(65536)
-        if not d:
-            return None, buf
-        buf += d
-    head, rest = buf.split(b"\r\n\r\n", 1)
-    clen = 0
-    for line in head.split(b"\r\n")[1:]:
-        k, _, v = line.partition(b":")
-        if k.strip().lower() == b"content-length":
-            clen = int(v.strip())
-    while len(rest) < clen:
-        d = conn.recv(65536)
-        if not d:
-            return None, rest
-        rest += d
-    return head, rest[clen:]
+    """Return (request_head, rest) or (None, buf) on EOF."""
+    return read_message(conn, buf)
 
 
 def handle(conn):
