@@ -16,6 +16,8 @@ pub(crate) struct Reader<'a> {
     /// Multiplier from the fractional field to nanoseconds (1000 for µs files).
     frac_ns: i64,
     big_endian: bool,
+    /// Record header size: 16, or 24 for the "modified" format.
+    record_header: usize,
     done: bool,
 }
 
@@ -39,9 +41,11 @@ impl<'a> Reader<'a> {
             rest,
             offset: 24,
             parse,
-            link: LinkType(hdr.network.0 as u32),
+            // The upper bits carry FCS information, not the link type.
+            link: LinkType(hdr.network.0 as u32 & 0xffff),
             frac_ns,
             big_endian: hdr.is_bigendian(),
+            record_header: if hdr.is_modified_format() { 24 } else { 16 },
             done: false,
         })
     }
@@ -65,16 +69,19 @@ impl<'a> Reader<'a> {
             }
             Err(_) => {
                 self.done = true;
-                Some(Err(Damage { offset: self.offset, what: truncated_what(self.rest, self.big_endian) }))
+                Some(Err(Damage {
+                    offset: self.offset,
+                    what: truncated_what(self.rest, self.big_endian, self.record_header),
+                }))
             }
         }
     }
 }
 
-fn truncated_what(rest: &[u8], big_endian: bool) -> String {
-    if rest.len() < 16 {
+fn truncated_what(rest: &[u8], big_endian: bool, header: usize) -> String {
+    if rest.len() < header {
         return format!(
-            "packet record header cut short ({} of 16 bytes); the capture was probably interrupted",
+            "packet record header cut short ({} of {header} bytes); the capture was probably interrupted",
             rest.len()
         );
     }
@@ -87,7 +94,7 @@ fn truncated_what(rest: &[u8], big_endian: bool) -> String {
     } else {
         format!(
             "packet record cut short ({} of {} bytes); the capture was probably interrupted",
-            rest.len() - 16,
+            rest.len() - header,
             caplen
         )
     }

@@ -140,7 +140,8 @@ impl Half {
             if s.end > ack {
                 break;
             }
-            sample = if s.resent { None } else { Some(ts - s.ts) };
+            // Karn: no sample from re-sent bytes; none either from a clock that stepped back.
+            sample = if s.resent || ts < s.ts { None } else { Some(ts - s.ts) };
             self.inflight.pop_front();
         }
         if !self.holes.is_empty() {
