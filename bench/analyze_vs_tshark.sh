@@ -6,7 +6,7 @@
 # Environment:
 #   TCPDOCTOR=/path/bin   use this binary instead of building one
 #   RUNS=3                tcpdoctor runs per measurement (median is reported)
-#   PARTS=2               number of files for the multi-file run (editcap -c)
+#   PARTS=2               number of files for the multi-file run (editcap -F pcap -c: same format as the single file)
 #   SKIP_TSHARK=1         skip the two (slow) tshark runs
 #
 # Builds the release binary into /tmp/bench-target, warms the page cache, then
@@ -114,8 +114,8 @@ else
     TS1_S=NA TS1_KB=NA TS2_S=NA TS2_KB=NA TS1_U=NA TS2_U=NA
 fi
 
-echo "== (d) split into $PARTS files: editcap -c $(( (PACKETS + PARTS - 1) / PARTS )) $BIG $TMP/part.pcap"
-editcap -c $(( (PACKETS + PARTS - 1) / PARTS )) "$BIG" "$TMP/part.pcap"
+echo "== (d) split into $PARTS files: editcap -F pcap -c $(( (PACKETS + PARTS - 1) / PARTS )) $BIG $TMP/part.pcap"
+editcap -F pcap -c $(( (PACKETS + PARTS - 1) / PARTS )) "$BIG" "$TMP/part.pcap"
 PART_FILES=("$TMP"/part_*.pcap)
 echo "   ${#PART_FILES[@]} files: $(cd "$TMP" && ls part_*.pcap | tr '\n' ' ')"
 cat "${PART_FILES[@]}" > /dev/null

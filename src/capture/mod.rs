@@ -91,7 +91,7 @@ pub struct Capture {
 /// Read-ahead / release window for mapped files: keeps resident memory at a
 /// few windows whatever the file size, and maps pages in bulk instead of
 /// faulting them one by one.
-pub const WINDOW: usize = 16 << 20;
+pub const WINDOW: usize = 8 << 20;
 
 /// The container format, recognised by its magic number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
