@@ -1,0 +1,153 @@
+//! Per-file aggregates (per Nagle endpoint, per server, per cause) and how
+//! the results of several files merge.
+
+use crate::dist::Dist;
+use crate::report::{self, Ladder};
+use crate::tcp::Side;
+use crate::wire::Endpoint;
+use rustc_hash::FxHashMap;
+use std::net::IpAddr;
+
+/// Example frames kept per finding.
+pub(crate) const EXAMPLES: usize = 5;
+
+#[derive(Default)]
+pub(crate) struct NagleAgg {
+    pub(crate) side: Option<Side>,
+    pub(crate) peer: Option<IpAddr>,
+    pub(crate) stalls: Dist,
+    pub(crate) acks: Dist,
+    pub(crate) lost_ns: i64,
+    pub(crate) exchanges: u64,
+    pub(crate) connections: u64,
+    pub(crate) examples: Vec<u64>,
+}
+
+#[derive(Default)]
+pub(crate) struct ServerAgg {
+    pub(crate) exchanges: u64,
+    pub(crate) total: Dist,
+    pub(crate) think: Dist,
+    pub(crate) sum_total: i64,
+    pub(crate) sum_network: i64,
+    pub(crate) sum_think: i64,
+    pub(crate) sum_transfer: i64,
+    pub(crate) sum_stall: i64,
+    pub(crate) slow: u64,
+    pub(crate) slow_think_ns: i64,
+    pub(crate) slow_examples: Vec<u64>,
+    pub(crate) software: Option<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct CountAgg {
+    pub(crate) events: u64,
+    pub(crate) timeouts: u64,
+    pub(crate) unanswered: u64,
+    pub(crate) retries: u64,
+    pub(crate) connections: u64,
+    pub(crate) dist: Dist,
+    pub(crate) lost_ns: i64,
+    pub(crate) examples: Vec<u64>,
+}
+
+/// One file's results, before merging.
+#[derive(Default)]
+pub(crate) struct FileResult {
+    pub(crate) input: report::Input,
+    pub(crate) nagle: FxHashMap<Endpoint, NagleAgg>,
+    pub(crate) servers: FxHashMap<Endpoint, ServerAgg>,
+    pub(crate) retrans: FxHashMap<(Endpoint, Side), CountAgg>,
+    pub(crate) syn: FxHashMap<(Endpoint, Side), CountAgg>,
+    pub(crate) zero: FxHashMap<(Endpoint, Side), CountAgg>,
+    pub(crate) conns: Vec<report::Connection>,
+    pub(crate) conns_omitted: u64,
+    pub(crate) guessed_roles: u64,
+    pub(crate) worst: Option<(i64, Ladder)>,
+    pub(crate) flow: Option<Ladder>,
+    pub(crate) warnings: Vec<String>,
+}
+
+pub(crate) fn push_example(v: &mut Vec<u64>, frames: &[u64], per: usize) {
+    if v.len() < EXAMPLES * per {
+        v.extend_from_slice(frames);
+    }
+}
+
+fn merge_map<K: std::hash::Hash + Eq, V: Default>(
+    into: &mut FxHashMap<K, V>,
+    from: FxHashMap<K, V>,
+    f: impl Fn(&mut V, V),
+) {
+    for (k, v) in from {
+        f(into.entry(k).or_default(), v);
+    }
+}
+
+fn merge_examples(into: &mut Vec<u64>, from: &[u64], per: usize) {
+    for chunk in from.chunks(per) {
+        push_example(into, chunk, per);
+    }
+}
+
+impl CountAgg {
+    fn absorb(&mut self, o: CountAgg) {
+        self.events += o.events;
+        self.timeouts += o.timeouts;
+        self.unanswered += o.unanswered;
+        self.retries += o.retries;
+        self.connections += o.connections;
+        self.dist.merge(&o.dist);
+        self.lost_ns = self.lost_ns.saturating_add(o.lost_ns);
+    }
+}
+
+impl FileResult {
+    /// Adds another file's results (its input summary goes to `inputs`).
+    pub(crate) fn merge(&mut self, f: FileResult, inputs: &mut Vec<report::Input>) {
+        inputs.push(f.input);
+        merge_map(&mut self.nagle, f.nagle, |a, b| {
+            a.side = a.side.or(b.side);
+            a.peer = a.peer.or(b.peer);
+            a.stalls.merge(&b.stalls);
+            a.acks.merge(&b.acks);
+            a.lost_ns = a.lost_ns.saturating_add(b.lost_ns);
+            a.exchanges += b.exchanges;
+            a.connections += b.connections;
+            merge_examples(&mut a.examples, &b.examples, 3);
+        });
+        merge_map(&mut self.servers, f.servers, |a, b| {
+            a.exchanges += b.exchanges;
+            a.total.merge(&b.total);
+            a.think.merge(&b.think);
+            a.sum_total = a.sum_total.saturating_add(b.sum_total);
+            a.sum_network = a.sum_network.saturating_add(b.sum_network);
+            a.sum_think = a.sum_think.saturating_add(b.sum_think);
+            a.sum_transfer = a.sum_transfer.saturating_add(b.sum_transfer);
+            a.sum_stall = a.sum_stall.saturating_add(b.sum_stall);
+            a.slow += b.slow;
+            a.slow_think_ns = a.slow_think_ns.saturating_add(b.slow_think_ns);
+            merge_examples(&mut a.slow_examples, &b.slow_examples, 2);
+            if a.software.is_none() {
+                a.software = b.software;
+            }
+        });
+        for (into, from, per) in
+            [(&mut self.retrans, f.retrans, 1), (&mut self.syn, f.syn, 2), (&mut self.zero, f.zero, 2)]
+        {
+            merge_map(into, from, |a, b| {
+                merge_examples(&mut a.examples, &b.examples, per);
+                a.absorb(b);
+            });
+        }
+        self.conns.extend(f.conns);
+        self.conns_omitted += f.conns_omitted;
+        if let Some(w) = f.worst
+            && self.worst.as_ref().is_none_or(|m| w.0 > m.0)
+        {
+            self.worst = Some(w);
+        }
+        self.flow = self.flow.take().or(f.flow);
+        self.warnings.extend(f.warnings);
+    }
+}

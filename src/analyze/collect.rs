@@ -1,0 +1,326 @@
+//! The collector: receives each connection's events, runs the detectors and
+//! folds what they observe into the file's aggregates, connection rows and ladders.
+
+use super::Options;
+use super::agg::{EXAMPLES, FileResult, ServerAgg, push_example};
+use crate::detect::{Detectors, Exchange, Observation, Stall};
+use crate::report::{self, Ladder, Mark, Row, RowKind};
+use crate::tcp::table::Totals;
+use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, Side, Sink};
+use crate::wire::{Endpoint, Segment};
+use rustc_hash::FxHashMap;
+
+/// Rows kept for the worst-exchange ladder of each connection.
+const EXCHANGE_ROWS: usize = 48;
+/// Application time at or above which an exchange counts as slow.
+pub const SLOW_THINK_NS: i64 = 10_000_000;
+/// Connection rows kept before trimming to the costliest.
+const CONN_ROWS_MAX: usize = 4096;
+const CONN_ROWS_KEEP: usize = 1024;
+/// Re-send delay that marks a retransmission timeout (Linux RTO minimum is 200 ms).
+pub const RTO_NS: i64 = 180_000_000;
+
+/// Per-connection state held while the connection is open.
+#[derive(Default)]
+pub struct ConnState {
+    det: Detectors,
+    acc: Acc,
+}
+
+/// What the collector accumulates per connection.
+#[derive(Default)]
+struct Acc {
+    /// Index of this connection's server in `Collector::slots` (looked up once).
+    server_slot: Option<usize>,
+    exchanges: u64,
+    stalls: [u64; 2],
+    retrans: u64,
+    lost_ns: i64,
+    cur: Vec<Row>,
+    cur_stall: i64,
+    worst: Option<(i64, Vec<Row>)>,
+    flow: Option<Vec<Row>>,
+    flow_truncated: bool,
+    flow_checked: bool,
+}
+
+pub(super) struct Collector<'o> {
+    file_tag: Option<usize>,
+    opts: &'o Options,
+    r: FileResult,
+    /// Server aggregates while collecting; moved into `r.servers` at the end.
+    slots: Vec<(Endpoint, ServerAgg)>,
+    slot_of: FxHashMap<Endpoint, usize>,
+}
+
+impl<'o> Collector<'o> {
+    pub(super) fn new(file_tag: Option<usize>, opts: &'o Options) -> Collector<'o> {
+        Collector { file_tag, opts, r: FileResult::default(), slots: Vec::new(), slot_of: FxHashMap::default() }
+    }
+
+    /// The file's results, once every connection is closed.
+    pub(super) fn finish(mut self) -> FileResult {
+        self.r.servers = self.slots.drain(..).collect();
+        self.r
+    }
+
+    fn conn_id(&self, id: u32) -> String {
+        match self.file_tag {
+            Some(f) => format!("{f}:{id}"),
+            None => id.to_string(),
+        }
+    }
+
+    fn observe(&mut self, info: &ConnInfo, st: &mut Acc, o: Observation) {
+        match o {
+            Observation::Stall(s) => self.stall(info, st, s),
+            Observation::Exchange(x) => self.exchange(info, st, x),
+            Observation::Retransmission { from, frame, since_ns } => {
+                st.retrans += 1;
+                st.lost_ns = st.lost_ns.saturating_add(since_ns);
+                let a = self.r.retrans.entry((info.server, from)).or_default();
+                a.events += 1;
+                a.timeouts += u64::from(since_ns >= RTO_NS);
+                a.dist.record(since_ns);
+                a.lost_ns = a.lost_ns.saturating_add(since_ns);
+                if st.retrans == 1 {
+                    a.connections += 1;
+                }
+                push_example(&mut a.examples, &[frame], 1);
+            }
+            Observation::SynRetry { from, retries, delay_ns, answered, frames } => {
+                st.lost_ns = st.lost_ns.saturating_add(delay_ns);
+                let a = self.r.syn.entry((info.server, from)).or_default();
+                a.connections += 1;
+                a.retries += u64::from(retries);
+                a.unanswered += u64::from(!answered);
+                a.dist.record(delay_ns);
+                a.lost_ns = a.lost_ns.saturating_add(delay_ns);
+                push_example(&mut a.examples, &frames, 2);
+            }
+            Observation::ZeroWindow { from, duration_ns, frames } => {
+                st.lost_ns = st.lost_ns.saturating_add(duration_ns);
+                let a = self.r.zero.entry((info.server, from)).or_default();
+                a.events += 1;
+                a.dist.record(duration_ns);
+                a.lost_ns = a.lost_ns.saturating_add(duration_ns);
+                push_example(&mut a.examples, &frames, 2);
+            }
+        }
+    }
+
+    fn stall(&mut self, info: &ConnInfo, st: &mut Acc, s: Stall) {
+        st.stalls[s.nagle.idx()] += 1;
+        st.lost_ns = st.lost_ns.saturating_add(s.stall_ns);
+        st.cur_stall = st.cur_stall.saturating_add(s.stall_ns);
+        let a = self.r.nagle.entry(info.endpoint(s.nagle)).or_default();
+        a.side = Some(s.nagle);
+        a.peer = Some(info.endpoint(s.nagle.other()).ip);
+        a.stalls.record(s.stall_ns);
+        a.acks.record(s.ack_delay_ns);
+        a.lost_ns = a.lost_ns.saturating_add(s.stall_ns);
+        push_example(&mut a.examples, &[s.small_frame, s.ack_frame, s.held_frame], 3);
+        for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
+            for r in rows.iter_mut() {
+                if r.frame == s.small_frame {
+                    r.mark = Some(Mark::SmallUnacked);
+                } else if r.frame == s.ack_frame {
+                    r.mark = Some(Mark::LateAck);
+                }
+            }
+        }
+    }
+
+    fn server_slot(&mut self, info: &ConnInfo, st: &mut Acc) -> usize {
+        *st.server_slot.get_or_insert_with(|| {
+            *self.slot_of.entry(info.server).or_insert_with(|| {
+                self.slots.push((info.server, ServerAgg::default()));
+                self.slots.len() - 1
+            })
+        })
+    }
+
+    fn exchange(&mut self, info: &ConnInfo, st: &mut Acc, x: Exchange) {
+        st.exchanges += 1;
+        let to_server = info.rtt_to(Side::Server);
+        let to_client = info.rtt_to(Side::Client);
+        // Application time: before the first response byte, plus pauses inside the response.
+        let think = (x.resp_first - x.req_last - to_server).max(0) + x.resp_pause;
+        let transfer = (x.req_last - x.req_first - x.req_stall).max(0)
+            + (x.resp_last - x.resp_first - x.resp_stall - x.resp_pause).max(0);
+        let stall = x.req_stall + x.resp_stall;
+        let network = to_client + to_server;
+        let total = network + think + transfer + stall;
+        let slot = self.server_slot(info, st);
+        let a = &mut self.slots[slot].1;
+        a.exchanges += 1;
+        a.total.record(total);
+        a.think.record(think);
+        a.sum_total = a.sum_total.saturating_add(total);
+        a.sum_network = a.sum_network.saturating_add(network);
+        a.sum_think = a.sum_think.saturating_add(think);
+        a.sum_transfer = a.sum_transfer.saturating_add(transfer);
+        a.sum_stall = a.sum_stall.saturating_add(stall);
+        if think >= SLOW_THINK_NS {
+            a.slow += 1;
+            a.slow_think_ns = a.slow_think_ns.saturating_add(think);
+            if a.slow_examples.len() < EXAMPLES * 2 {
+                // The last request frame is not tracked; the first is close enough to find it.
+                a.slow_examples.extend_from_slice(&[x.first_frame, x.last_frame]);
+            }
+        }
+        // Close the ladder of the exchange that just ended.
+        if st.cur_stall > 0 && st.worst.as_ref().is_none_or(|w| st.cur_stall > w.0) {
+            st.worst = Some((st.cur_stall, std::mem::take(&mut st.cur)));
+        }
+        st.cur.clear();
+        st.cur_stall = 0;
+    }
+}
+
+fn row(ev: &Event) -> Row {
+    let (kind, seq, len) = match ev.kind {
+        EventKind::Syn { .. } => (RowKind::Syn, 0, 0),
+        EventKind::Data { seq, len, class } => (
+            match class {
+                DataClass::New => RowKind::Data,
+                DataClass::Retransmission { .. } => RowKind::Retransmission,
+                DataClass::OutOfOrder => RowKind::OutOfOrder,
+                DataClass::Probe => RowKind::Probe,
+            },
+            seq,
+            len,
+        ),
+        EventKind::Ack => (RowKind::Ack, 0, 0),
+        EventKind::Fin => (RowKind::Fin, 0, 0),
+        EventKind::Rst => (RowKind::Rst, 0, 0),
+    };
+    Row {
+        frame: ev.frame,
+        ts_ns: ev.ts_ns,
+        t_ms: 0.0,
+        from: ev.from,
+        kind,
+        seq,
+        len,
+        ack: ev.ack,
+        window: ev.window,
+        mark: None,
+    }
+}
+
+impl Sink<ConnState> for Collector<'_> {
+    #[inline]
+    fn event(&mut self, info: &ConnInfo, state: &mut ConnState, ev: &Event, seg: &Segment<'_>) {
+        let ConnState { det, acc: st } = state;
+        if !st.flow_checked {
+            st.flow_checked = true;
+            if let Some(f) = &self.opts.flow
+                && (*f == self.conn_id(info.id) || *f == info.id.to_string())
+            {
+                st.flow = Some(Vec::new());
+            }
+        }
+        let mut held = false;
+        det.step(info, ev, seg.payload, &mut |o| {
+            held |= matches!(o, Observation::Stall(_));
+            self.observe(info, st, o);
+        });
+        if st.cur.len() < EXCHANGE_ROWS || st.flow.is_some() {
+            let mut r = row(ev);
+            if held {
+                r.mark = Some(Mark::Held);
+            }
+            if st.cur.len() < EXCHANGE_ROWS {
+                st.cur.push(r);
+            }
+            if let Some(rows) = &mut st.flow {
+                if rows.len() < self.opts.ladder_rows.max(1) {
+                    rows.push(r);
+                } else {
+                    st.flow_truncated = true;
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, info: &ConnInfo, state: ConnState, totals: &Totals) {
+        let ConnState { mut det, acc: mut st } = state;
+        det.finish(totals.last_ts, &mut |o| self.observe(info, &mut st, o));
+        if info.roles == RoleSource::LowerPort {
+            self.r.guessed_roles += 1;
+        }
+        let id = self.conn_id(info.id);
+        let slot = self.server_slot(info, &mut st);
+        let server = &mut self.slots[slot].1;
+        if server.software.is_none() {
+            server.software = det.server_software.take();
+        }
+        for side in [Side::Client, Side::Server] {
+            if st.stalls[side.idx()] > 0
+                && let Some(a) = self.r.nagle.get_mut(&info.endpoint(side))
+            {
+                a.exchanges += st.exchanges;
+                a.connections += 1;
+            }
+        }
+        if let Some((stall, rows)) = st.worst.take()
+            && self.r.worst.as_ref().is_none_or(|w| stall > w.0)
+        {
+            let mut l = Ladder {
+                connection: id.clone(),
+                title: format!("Worst stalled exchange: connection {id}, {} lost", crate::report::text::dur(stall)),
+                client: info.client.to_string(),
+                server: info.server.to_string(),
+                rows,
+                truncated: false,
+            };
+            l.finish_times();
+            self.r.worst = Some((stall, l));
+        }
+        if let Some(rows) = st.flow.take() {
+            let mut l = Ladder {
+                connection: id.clone(),
+                title: format!("Connection {id}: {} → {}", info.client, info.server),
+                client: info.client.to_string(),
+                server: info.server.to_string(),
+                rows,
+                truncated: st.flow_truncated,
+            };
+            l.finish_times();
+            self.r.flow = Some(l);
+        }
+        let rtt = match (info.rtt_to[0], info.rtt_to[1]) {
+            (Some(a), Some(b)) => Some(report::ms(a + b)),
+            _ => None,
+        };
+        self.r.conns.push(report::Connection {
+            id,
+            client: info.client.to_string(),
+            server: info.server.to_string(),
+            roles_from: match info.roles {
+                RoleSource::Handshake => "handshake",
+                RoleSource::LowerPort => "lower_port",
+            },
+            packets: totals.packets,
+            bytes_to_server: totals.bytes[0],
+            bytes_to_client: totals.bytes[1],
+            exchanges: st.exchanges,
+            stalls: st.stalls[0] + st.stalls[1],
+            retransmissions: st.retrans,
+            time_lost_ms: report::ms(st.lost_ns),
+            rtt_ms: rtt,
+            first_frame: totals.first_frame,
+            duration_ms: report::ms(totals.last_ts - totals.first_ts),
+        });
+        if self.r.conns.len() >= CONN_ROWS_MAX {
+            sort_conns(&mut self.r.conns);
+            self.r.conns_omitted += (self.r.conns.len() - CONN_ROWS_KEEP) as u64;
+            self.r.conns.truncate(CONN_ROWS_KEEP);
+        }
+    }
+}
+
+fn sort_conns(v: &mut [report::Connection]) {
+    v.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(a.first_frame.cmp(&b.first_frame)));
+}
