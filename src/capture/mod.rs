@@ -270,20 +270,12 @@ impl<'a> Iterator for Packets<'a> {
     fn next(&mut self) -> Option<Packet<'a>> {
         loop {
             let rec = match &mut self.inner {
-                Inner::Pcap(r) => r.next(),
-                Inner::PcapNg(r) => r.next(),
+                Inner::Pcap(r) => r.next(&mut self.damage)?,
+                Inner::PcapNg(r) => r.next(&mut self.damage)?,
             };
-            match rec {
-                None => return None,
-                Some(Err(d)) => {
-                    self.damage = Some(d);
-                    return None;
-                }
-                Some(Ok(Record::Skip)) => continue,
-                Some(Ok(Record::Packet { ts_ns, link, data, orig_len })) => {
-                    self.frame += 1;
-                    return Some(Packet { frame: self.frame, ts_ns, link, data, orig_len });
-                }
+            if let Record::Packet { ts_ns, link, data, orig_len } = rec {
+                self.frame += 1;
+                return Some(Packet { frame: self.frame, ts_ns, link, data, orig_len });
             }
         }
     }

@@ -6,12 +6,28 @@ use pcap_parser::pcap::{
 };
 use pcap_parser::{PcapError, nom};
 
-type FrameParser = for<'b> fn(&'b [u8]) -> nom::IResult<&'b [u8], LegacyPcapBlock<'b>, PcapError<&'b [u8]>>;
+/// Record layout: chosen once from the file header; matched (not called
+/// through a pointer) so the per-record parse inlines.
+#[derive(Clone, Copy)]
+enum Layout {
+    Le,
+    Be,
+    Modified,
+}
+
+#[inline(always)]
+fn parse(layout: Layout, i: &[u8]) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapError<&[u8]>> {
+    match layout {
+        Layout::Le => parse_pcap_frame(i),
+        Layout::Be => parse_pcap_frame_be(i),
+        Layout::Modified => parse_pcap_frame_modified(i),
+    }
+}
 
 pub(crate) struct Reader<'a> {
     rest: &'a [u8],
     offset: u64,
-    parse: FrameParser,
+    layout: Layout,
     link: LinkType,
     /// Multiplier from the fractional field to nanoseconds (1000 for µs files).
     frac_ns: i64,
@@ -29,18 +45,18 @@ impl<'a> Reader<'a> {
         let (rest, hdr) = parse_pcap_header(bytes).map_err(|_| {
             OpenError::at(0, format!("pcap file header is cut short ({} of 24 bytes)", bytes.len().min(24)))
         })?;
-        let parse: FrameParser = if hdr.is_modified_format() {
-            parse_pcap_frame_modified
+        let layout = if hdr.is_modified_format() {
+            Layout::Modified
         } else if hdr.is_bigendian() {
-            parse_pcap_frame_be
+            Layout::Be
         } else {
-            parse_pcap_frame
+            Layout::Le
         };
         let frac_ns = if hdr.is_nanosecond_precision() { 1 } else { 1000 };
         Ok(Reader {
             rest,
             offset: 24,
-            parse,
+            layout,
             // The upper bits carry FCS information, not the link type.
             link: LinkType(hdr.network.0 as u32 & 0xffff),
             frac_ns,
@@ -55,24 +71,27 @@ impl<'a> Reader<'a> {
         self.offset
     }
 
-    pub(crate) fn next(&mut self) -> Option<Result<Record<'a>, Damage>> {
+    /// The next record; on damage, sets `damage` and ends.
+    #[inline]
+    pub(crate) fn next(&mut self, damage: &mut Option<Damage>) -> Option<Record<'a>> {
         if self.done || self.rest.is_empty() {
             return None;
         }
-        match (self.parse)(self.rest) {
+        match parse(self.layout, self.rest) {
             Ok((rest, b)) => {
                 let used = self.rest.len() - rest.len();
                 self.offset += used as u64;
                 self.rest = rest;
                 let ts_ns = i64::from(b.ts_sec) * 1_000_000_000 + i64::from(b.ts_usec) * self.frac_ns;
-                Some(Ok(Record::Packet { ts_ns, link: self.link, data: b.data, orig_len: b.origlen }))
+                Some(Record::Packet { ts_ns, link: self.link, data: b.data, orig_len: b.origlen })
             }
             Err(_) => {
                 self.done = true;
-                Some(Err(Damage {
+                *damage = Some(Damage {
                     offset: self.offset,
                     what: truncated_what(self.rest, self.big_endian, self.record_header),
-                }))
+                });
+                None
             }
         }
     }

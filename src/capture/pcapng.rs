@@ -38,11 +38,22 @@ impl<'a> Reader<'a> {
         Some(Err(Damage { offset: self.offset, what }))
     }
 
+    /// The next record; on damage, sets `damage` and ends.
+    pub(crate) fn next(&mut self, damage: &mut Option<Damage>) -> Option<Record<'a>> {
+        match self.next_block()? {
+            Ok(r) => Some(r),
+            Err(d) => {
+                *damage = Some(d);
+                None
+            }
+        }
+    }
+
     pub(crate) fn offset(&self) -> u64 {
         self.offset
     }
 
-    pub(crate) fn next(&mut self) -> Option<Result<Record<'a>, Damage>> {
+    fn next_block(&mut self) -> Option<Result<Record<'a>, Damage>> {
         if self.done || self.rest.is_empty() {
             return None;
         }
