@@ -141,19 +141,34 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, software: Option<String>) -> NagleF
 
 fn retrans_finding(server: Endpoint, from: Side, a: &CountAgg) -> RetransFinding {
     let d = a.dist.spread();
-    RetransFinding {
-        summary: format!(
-            "Retransmission: {} re-sent by the {} side of {server} ({} after a timeout of 200 ms or more), {} (p50) after the first copy; {} lost. Loss, not Nagle: these bytes were sent twice.",
+    let real = a.events - a.spurious;
+    let summary = if real == 0 {
+        format!(
+            "Spurious retransmission: {} re-sent by the {} side of {server} after the capture point had seen them acknowledged: an ACK was lost or late on its way back, not the data (the loss shows on the other side).",
             plural(a.events, "segment"),
+            from.name(),
+        )
+    } else {
+        let spurious = match a.spurious {
+            0 => String::new(),
+            k => format!(" {k} more were spurious (already acknowledged)."),
+        };
+        format!(
+            "Retransmission: {} re-sent by the {} side of {server} ({} after a timeout of 200 ms or more), {} (p50) after the previous copy; {} lost. Loss, not Nagle: these bytes were sent twice.{spurious}",
+            plural(real, "segment"),
             from.name(),
             a.timeouts,
             dur_ms(d.p50),
             dur(a.lost_ns)
-        ),
+        )
+    };
+    RetransFinding {
+        summary,
         server: server.to_string(),
         sender: from.name(),
         retransmissions: a.events,
         timeouts: a.timeouts,
+        spurious: a.spurious,
         connections: a.connections,
         delay_ms: d,
         time_lost_ms: ms(a.lost_ns),
@@ -241,6 +256,7 @@ fn breakdown_of(server: Endpoint, s: &ServerAgg) -> Breakdown {
         think_ms: ms(s.sum_think / n),
         transfer_ms: ms(s.sum_transfer / n),
         stall_ms: ms(s.sum_stall / n),
+        loss_ms: ms(s.sum_loss / n),
     }
 }
 

@@ -161,6 +161,22 @@ fn loss_in_a_namespace_is_retransmission_not_nagle() {
         })
         .sum();
     assert!(timeouts >= 1, "an RTO (≥ 200 ms) re-send is in this capture");
+    // Port 28116: one response re-sent after ~212 ms, another lost twice (~212 + ~212 ms):
+    // the client waited ~212 and ~423 ms (EXPECTED.md); nothing is charged twice.
+    let f = r
+        .findings
+        .iter()
+        .find_map(|f| match f {
+            Finding::Retransmission(x) if x.server.ends_with(":28116") && x.sender == "server" => Some(x),
+            _ => None,
+        })
+        .unwrap();
+    assert!((600.0..680.0).contains(&f.time_lost_ms), "{f:?}");
+    let b = r.breakdown.iter().find(|b| b.server.ends_with(":28116")).unwrap();
+    assert!((600.0..680.0).contains(&(b.loss_ms * b.exchanges as f64)), "{b:?}");
+    // The client's re-sent requests had been acknowledged already: spurious.
+    let spurious = r.findings.iter().any(|f| matches!(f, Finding::Retransmission(x) if x.sender == "client" && x.spurious == x.retransmissions && x.time_lost_ms == 0.0));
+    assert!(spurious, "{:#?}", r.findings);
 }
 
 #[test]

@@ -33,6 +33,7 @@ pub(crate) struct ServerAgg {
     pub(crate) sum_think: i64,
     pub(crate) sum_transfer: i64,
     pub(crate) sum_stall: i64,
+    pub(crate) sum_loss: i64,
     pub(crate) slow: u64,
     pub(crate) slow_think_ns: i64,
     pub(crate) slow_examples: Vec<u64>,
@@ -42,6 +43,7 @@ pub(crate) struct ServerAgg {
 #[derive(Default)]
 pub(crate) struct CountAgg {
     pub(crate) events: u64,
+    pub(crate) spurious: u64,
     pub(crate) timeouts: u64,
     pub(crate) unanswered: u64,
     pub(crate) retries: u64,
@@ -93,6 +95,7 @@ fn merge_examples(into: &mut Vec<u64>, from: &[u64], per: usize) {
 impl CountAgg {
     fn absorb(&mut self, o: CountAgg) {
         self.events += o.events;
+        self.spurious += o.spurious;
         self.timeouts += o.timeouts;
         self.unanswered += o.unanswered;
         self.retries += o.retries;
@@ -125,6 +128,7 @@ impl FileResult {
             a.sum_think = a.sum_think.saturating_add(b.sum_think);
             a.sum_transfer = a.sum_transfer.saturating_add(b.sum_transfer);
             a.sum_stall = a.sum_stall.saturating_add(b.sum_stall);
+            a.sum_loss = a.sum_loss.saturating_add(b.sum_loss);
             a.slow += b.slow;
             a.slow_think_ns = a.slow_think_ns.saturating_add(b.slow_think_ns);
             merge_examples(&mut a.slow_examples, &b.slow_examples, 2);

@@ -75,13 +75,16 @@ impl<'o> Collector<'o> {
         match o {
             Observation::Stall(s) => self.stall(info, st, s),
             Observation::Exchange(x) => self.exchange(info, st, x),
-            Observation::Retransmission { from, frame, since_ns } => {
+            Observation::Retransmission { from, spurious, frame, since_ns } => {
                 st.retrans += 1;
                 st.lost_ns = st.lost_ns.saturating_add(since_ns);
                 let a = self.r.retrans.entry((info.server, from)).or_default();
                 a.events += 1;
-                a.timeouts += u64::from(since_ns >= RTO_NS);
-                a.dist.record(since_ns);
+                a.spurious += u64::from(spurious);
+                if !spurious {
+                    a.timeouts += u64::from(since_ns >= RTO_NS);
+                    a.dist.record(since_ns);
+                }
                 a.lost_ns = a.lost_ns.saturating_add(since_ns);
                 if st.retrans == 1 {
                     a.connections += 1;
@@ -146,11 +149,11 @@ impl<'o> Collector<'o> {
         let to_client = info.rtt_to(Side::Client);
         // Application time: before the first response byte, plus pauses inside the response.
         let think = (x.resp_first - x.req_last - to_server).max(0) + x.resp_pause;
-        let transfer = (x.req_last - x.req_first - x.req_stall).max(0)
-            + (x.resp_last - x.resp_first - x.resp_stall - x.resp_pause).max(0);
         let stall = x.req_stall + x.resp_stall;
+        let transfer =
+            ((x.req_last - x.req_first) + (x.resp_last - x.resp_first) - stall - x.resp_pause - x.loss).max(0);
         let network = to_client + to_server;
-        let total = network + think + transfer + stall;
+        let total = network + think + transfer + stall + x.loss;
         let slot = self.server_slot(info, st);
         let a = &mut self.slots[slot].1;
         a.exchanges += 1;
@@ -161,6 +164,7 @@ impl<'o> Collector<'o> {
         a.sum_think = a.sum_think.saturating_add(think);
         a.sum_transfer = a.sum_transfer.saturating_add(transfer);
         a.sum_stall = a.sum_stall.saturating_add(stall);
+        a.sum_loss = a.sum_loss.saturating_add(x.loss);
         if think >= SLOW_THINK_NS {
             a.slow += 1;
             a.slow_think_ns = a.slow_think_ns.saturating_add(think);

@@ -35,6 +35,22 @@ impl Exchanges {
             self.client_ack_ts = Some(ev.ts_ns);
             return None;
         }
+        if let EventKind::Data { class: DataClass::Retransmission { .. }, .. } = ev.kind {
+            // Lost bytes of the message being sent: the wait for their re-send is loss time.
+            match (&mut self.phase, ev.from) {
+                (Phase::Request(x), Side::Client) => {
+                    x.loss = x.loss.saturating_add((ev.ts_ns - x.req_last).max(0));
+                    x.req_last = x.req_last.max(ev.ts_ns);
+                }
+                (Phase::Response(x), Side::Server) => {
+                    x.loss = x.loss.saturating_add((ev.ts_ns - x.resp_last).max(0));
+                    x.resp_last = x.resp_last.max(ev.ts_ns);
+                    x.last_frame = ev.frame;
+                }
+                _ => {}
+            }
+            return None;
+        }
         let EventKind::Data { len, class: DataClass::New, .. } = ev.kind else {
             return None;
         };

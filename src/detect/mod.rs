@@ -50,6 +50,8 @@ pub struct Exchange {
     /// Pauses inside the response that neither the network (waiting for an
     /// ACK) nor a Nagle stall explains: the server application writing late, ns.
     pub resp_pause: i64,
+    /// Time spent re-sending lost bytes of the request and of the response, ns.
+    pub loss: i64,
     /// First frame of the request.
     pub first_frame: u64,
     /// Last frame of the response.
@@ -67,6 +69,8 @@ pub enum Observation {
     Retransmission {
         /// Sender.
         from: Side,
+        /// The bytes had already been acknowledged (a lost ACK, not lost data).
+        spurious: bool,
         /// Frame of the re-sent segment.
         frame: u64,
         /// How long after the first copy (or after the gap appeared), ns.
@@ -111,8 +115,8 @@ pub struct Detectors {
 impl Detectors {
     /// Runs every detector on one event; `payload` is the captured payload of its segment.
     pub fn step(&mut self, info: &ConnInfo, ev: &Event, payload: &[u8], out: &mut impl FnMut(Observation)) {
-        if let EventKind::Data { class: DataClass::Retransmission { since_ns, .. }, .. } = ev.kind {
-            out(Observation::Retransmission { from: ev.from, frame: ev.frame, since_ns });
+        if let EventKind::Data { class: DataClass::Retransmission { since_ns, spurious, .. }, .. } = ev.kind {
+            out(Observation::Retransmission { from: ev.from, spurious, frame: ev.frame, since_ns });
         }
         if !self.sniffed && ev.from == Side::Server && matches!(ev.kind, EventKind::Data { class: DataClass::New, .. })
         {
@@ -193,7 +197,7 @@ pub(crate) mod build {
         /// The last `len` bytes of `from` sent again.
         pub fn resend(&mut self, t: i64, from: Side, len: u32, since_ns: i64) -> u64 {
             let seq = self.next[from.idx()] - i64::from(len);
-            let class = DataClass::Retransmission { since_ns, original_frame: None };
+            let class = DataClass::Retransmission { since_ns, original_frame: None, spurious: false };
             self.push(t, from, EventKind::Data { seq, len, class }, 65535)
         }
         /// A pure ACK from `from` covering everything the other side sent.

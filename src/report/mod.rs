@@ -172,9 +172,11 @@ pub struct RetransFinding {
     pub retransmissions: u64,
     /// Re-sent ≥ 200 ms after the first copy (retransmission timeout).
     pub timeouts: u64,
+    /// Re-sent although already acknowledged at the capture point (an ACK was lost, not data).
+    pub spurious: u64,
     /// Connections affected.
     pub connections: u64,
-    /// Time from the first copy to the re-send.
+    /// Time from the previous copy to the re-send (spurious re-sends excluded).
     pub delay_ms: Spread,
     /// Sum of those delays.
     pub time_lost_ms: f64,
@@ -266,6 +268,8 @@ pub struct Breakdown {
     pub transfer_ms: f64,
     /// Nagle + delayed-ACK stall time.
     pub stall_ms: f64,
+    /// Waiting for lost bytes to be re-sent.
+    pub loss_ms: f64,
 }
 
 /// One connection's row.

@@ -60,7 +60,7 @@ pub fn render(r: &Report) -> String {
             Finding::NagleDelayedAck(n) => {
                 let _ = writeln!(
                     o,
-                    "    ACK timer: {} (p50 {}, max {}).",
+                    "    ACK timer: {}; seen p50 {}, max {}.",
                     n.ack_timer,
                     ms(n.ack_delay_ms.p50),
                     ms(n.ack_delay_ms.max)
@@ -94,13 +94,13 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o, "WHERE THE TIME GOES (mean per exchange)");
         let _ = writeln!(
             o,
-            "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "server", "exchanges", "total", "p90", "network", "think", "transfer", "stall"
+            "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "server", "exchanges", "total", "p90", "network", "think", "transfer", "stall", "loss"
         );
         for b in &r.breakdown {
             let _ = writeln!(
                 o,
-                "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
                 b.server,
                 b.exchanges,
                 ms(b.total_ms),
@@ -108,7 +108,8 @@ pub fn render(r: &Report) -> String {
                 ms(b.network_ms),
                 ms(b.think_ms),
                 ms(b.transfer_ms),
-                ms(b.stall_ms)
+                ms(b.stall_ms),
+                ms(b.loss_ms)
             );
         }
     }

@@ -34,6 +34,8 @@ pub(crate) struct Half {
     base: Option<u32>,
     /// Relative end of the highest byte sent so far (the next new sequence).
     pub(crate) hi: i64,
+    /// Highest acknowledgement of these bytes seen from the peer.
+    acked_to: i64,
     /// ISN of this side's SYN, if seen.
     pub(crate) isn: Option<u32>,
     /// SYN options.
@@ -93,15 +95,21 @@ impl Half {
                 if ts - h.ts < REORDER_NS {
                     return DataClass::OutOfOrder;
                 }
-                return DataClass::Retransmission { since_ns: ts - h.ts, original_frame: None };
+                return DataClass::Retransmission { since_ns: ts - h.ts, original_frame: None, spurious: false };
             }
             let orig = self.inflight.iter_mut().find(|s| s.start <= start && start < s.end);
             return match orig {
                 Some(s) => {
+                    // Time since the previous copy, so that a segment re-sent
+                    // twice is not charged its first wait twice.
+                    let since_ns = ts - s.ts;
                     s.resent = true;
-                    DataClass::Retransmission { since_ns: ts - s.ts, original_frame: Some(s.frame) }
+                    s.ts = ts;
+                    DataClass::Retransmission { since_ns, original_frame: Some(s.frame), spurious: false }
                 }
-                None => DataClass::Retransmission { since_ns: 0, original_frame: None },
+                // Gone from the in-flight queue: acknowledged already (spurious),
+                // or forgotten because the queue was full.
+                None => DataClass::Retransmission { since_ns: 0, original_frame: None, spurious: end <= self.acked_to },
             };
         }
         if start > self.hi && self.holes.len() < HOLES_CAP {
@@ -135,6 +143,7 @@ impl Half {
     /// The peer acknowledged everything below `ack`. Returns the time since the
     /// newest segment it covers was sent (an RTT sample, Karn's rule applied).
     pub(crate) fn acked(&mut self, ack: i64, ts: i64) -> Option<i64> {
+        self.acked_to = self.acked_to.max(ack);
         let mut sample = None;
         while let Some(s) = self.inflight.front() {
             if s.end > ack {
@@ -172,7 +181,14 @@ mod tests {
         h.rel(1000);
         h.data(1, 100, 0, 7);
         let c = h.data(1, 100, 250_000_000, 9);
-        assert_eq!(c, DataClass::Retransmission { since_ns: 250_000_000, original_frame: Some(7) });
+        assert_eq!(c, DataClass::Retransmission { since_ns: 250_000_000, original_frame: Some(7), spurious: false });
+        // The second re-send is charged from the first (backed-off RTO), not from the original.
+        let c = h.data(1, 100, 750_000_000, 10);
+        assert_eq!(c, DataClass::Retransmission { since_ns: 500_000_000, original_frame: Some(7), spurious: false });
+        // Acknowledged, then sent again: the ACK was lost, not the data.
+        h.acked(101, 300_000_000);
+        let c = h.data(1, 100, 400_000_000, 11);
+        assert_eq!(c, DataClass::Retransmission { since_ns: 0, original_frame: None, spurious: true });
     }
 
     #[test]

@@ -102,10 +102,13 @@ pub enum DataClass {
     New,
     /// Bytes seen before (or lost before the capture point and re-sent late).
     Retransmission {
-        /// Time since the bytes were first sent (or since the hole was seen), ns.
+        /// Time since the previous copy of these bytes (or since the hole was seen), ns.
         since_ns: i64,
         /// Frame of the first transmission, when still remembered.
         original_frame: Option<u64>,
+        /// The capture point had already seen these bytes acknowledged: the
+        /// sender re-sent because an ACK was lost or late, not the data.
+        spurious: bool,
     },
     /// Bytes that fill a hole shortly after it appeared: reordering, not loss.
     OutOfOrder,
