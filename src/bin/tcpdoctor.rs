@@ -35,6 +35,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Analyse pcap/pcapng captures: verdict, per-connection table, time breakdown, ladder.
+    #[command(after_help = "Exit codes: 0 all input analysed; 2 bad command line; 3 no input could be read; \
+4 results printed but part of the input was damaged or skipped (see WARNINGS).")]
     Analyze(AnalyzeArgs),
     /// Analyse the real captures bundled in tcpdoctor (nginx with tcp_nodelay off, then on).
     Demo {
