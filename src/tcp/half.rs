@@ -41,6 +41,8 @@ pub(crate) struct Half {
     /// SYN options.
     pub(crate) wscale: Option<u8>,
     pub(crate) mss: Option<u16>,
+    /// Offered the timestamp option in its SYN.
+    pub(crate) timestamps: bool,
     pub(crate) fin: bool,
     inflight: VecDeque<Sent>,
     holes: Vec<Hole>,

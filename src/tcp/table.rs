@@ -202,9 +202,12 @@ fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
     if f.syn() {
         me.wscale = seg.options.wscale;
         me.mss = seg.options.mss;
-        if let Some(m) = seg.options.mss {
-            // What the peer may send to us is bounded by our MSS.
-            c.info.mss[from.other().idx()] = Some(u32::from(m));
+        me.timestamps = seg.options.timestamps.is_some();
+        // What each side may send is bounded by its peer's MSS, less the 12
+        // bytes of timestamps when both SYNs agreed on them (1460 → 1448).
+        let ts = if me.timestamps && peer.timestamps { 12 } else { 0 };
+        for (side, half) in [(from, &*peer), (from.other(), &*me)] {
+            c.info.mss[side.idx()] = half.mss.map(|m| u32::from(m).saturating_sub(ts));
         }
         let retransmit = me.syn(seg.seq, seg.ts_ns, seg.frame);
         emit(EventKind::Syn { retransmit }, sink, &c.info, &mut c.state);
@@ -223,5 +226,53 @@ fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
         emit(EventKind::Fin, sink, &c.info, &mut c.state);
     } else if seg.len == 0 {
         emit(EventKind::Ack, sink, &c.info, &mut c.state);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Flags, TcpOptions};
+
+    #[derive(Default)]
+    struct Last(Option<ConnInfo>);
+
+    impl Sink<()> for Last {
+        fn event(&mut self, info: &ConnInfo, _: &mut (), _: &Event, _: &Segment<'_>) {
+            self.0 = Some(info.clone());
+        }
+        fn close(&mut self, _: &ConnInfo, _: (), _: &Totals) {}
+    }
+
+    fn syn(from_client: bool, ack: bool, timestamps: bool) -> Segment<'static> {
+        let (c, s) =
+            (Endpoint { ip: [10, 0, 0, 2].into(), port: 40000 }, Endpoint { ip: [10, 0, 0, 1].into(), port: 80 });
+        let (src, dst) = if from_client { (c, s) } else { (s, c) };
+        Segment {
+            frame: 1,
+            ts_ns: 0,
+            src,
+            dst,
+            seq: 7,
+            ack: 0,
+            flags: Flags(Flags::SYN | if ack { Flags::ACK } else { 0 }),
+            window: 65535,
+            len: 0,
+            options: TcpOptions { mss: Some(1460), timestamps: timestamps.then_some((1, 0)), ..TcpOptions::default() },
+            payload: &[],
+        }
+    }
+
+    #[test]
+    fn effective_mss_takes_timestamps_off_when_both_sides_use_them() {
+        for (client_ts, server_ts, want) in [(true, true, 1448), (true, false, 1460), (false, false, 1460)] {
+            let mut t: Tracker<()> = Tracker::default();
+            let mut sink = Last::default();
+            t.segment(&syn(true, false, client_ts), &mut sink);
+            t.segment(&syn(false, true, server_ts), &mut sink);
+            let info = sink.0.expect("events");
+            assert_eq!(info.mss, [Some(want), Some(want)], "client ts {client_ts}, server ts {server_ts}");
+            assert_eq!((info.client.port, info.roles), (40000, RoleSource::Handshake));
+        }
     }
 }
