@@ -40,7 +40,6 @@ enum Expr {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Filter {
     expr: Expr,
-    text: String,
 }
 
 const HELP: &str = "supported: [src|dst] host ADDR, [src|dst] net ADDR/LEN, [src|dst] port N, portrange N-M, tcp, ip, ip6, and, or, not, ( )";
@@ -63,12 +62,7 @@ impl Filter {
         if p.i < words.len() {
             return Err(format!("unexpected '{}' at word {}; {HELP}", words[p.i], p.i + 1));
         }
-        Ok(Filter { expr, text: text.to_string() })
-    }
-
-    /// The filter as written.
-    pub fn text(&self) -> &str {
-        &self.text
+        Ok(Filter { expr })
     }
 
     /// Whether a segment passes.

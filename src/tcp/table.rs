@@ -84,11 +84,6 @@ impl<T: Default> Default for Tracker<T> {
 }
 
 impl<T: Default> Tracker<T> {
-    /// Connections currently held.
-    pub fn open_connections(&self) -> usize {
-        self.map.len()
-    }
-
     /// Feeds one segment (in capture order).
     pub fn segment<S: Sink<T>>(&mut self, seg: &Segment<'_>, sink: &mut S) {
         self.since_sweep += 1;
