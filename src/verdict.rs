@@ -15,8 +15,15 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
     let mut nagle: Vec<_> = m.nagle.iter().collect();
     nagle.sort_by_key(|(e, _)| **e);
     for (ep, a) in nagle {
-        let software = m.servers.get(ep).and_then(|s| s.software.clone());
-        findings.push(Finding::NagleDelayedAck(nagle_finding(*ep, a, software)));
+        let server = m.servers.get(ep);
+        let software = server.and_then(|s| s.software.clone());
+        // A server's responses are all its exchanges, stalled connections or not;
+        // a client endpoint is one connection, whose exchanges `a` already counts.
+        let exchanges = match a.side {
+            Some(Side::Server) => server.map_or(a.exchanges, |s| s.exchanges),
+            _ => a.exchanges,
+        };
+        findings.push(Finding::NagleDelayedAck(nagle_finding(*ep, a, exchanges, software)));
     }
     let mut keys: Vec<_> = m.retrans.keys().copied().collect();
     keys.sort();
@@ -106,14 +113,15 @@ fn nagle_fixes(ep: Endpoint, side: Side, peer: &str, software: Option<&str>) -> 
     fix
 }
 
-fn nagle_finding(ep: Endpoint, a: &NagleAgg, software: Option<String>) -> NagleFinding {
+fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<String>) -> NagleFinding {
     let side = a.side.unwrap_or(Side::Server);
     let peer = a.peer.map(|p| p.to_string()).unwrap_or_default();
     let stall = a.stalls.spread();
     let acks = a.acks.spread();
     let what = if side == Side::Server { "responses" } else { "requests" };
     let sw = software.as_deref().map(|s| format!(", \"{s}\"")).unwrap_or_default();
-    let exchanges = a.exchanges.max(a.stalls.count());
+    // A stall in a request whose response never came is not a finished exchange.
+    let exchanges = exchanges.max(a.stalls.count());
     let summary = format!(
         "Nagle + delayed ACK: {} of {exchanges} {what} from {ep} ({}{sw}) were held ~{} until {peer} ({}) sent a delayed ACK; {} lost in total.",
         a.stalls.count(),

@@ -133,3 +133,27 @@ fn swapped_data_segments_are_reordering_not_loss() {
     let count = |r: &Report| r.connections.iter().map(|c| c.retransmissions).sum::<u64>();
     assert_eq!(count(&before), count(&after), "reordering must not count as retransmission");
 }
+
+/// One server, two connections: the Nagle capture and the TCP_NODELAY one moved
+/// onto the same port. Only one connection stalls, but the finding counts the
+/// server's responses on both ("29 of 60", not "29 of 30").
+#[test]
+fn a_servers_exchanges_count_every_connection_not_only_the_stalled_ones() {
+    let mut clean = read("wwr_nodelay.pcap");
+    for (_, f) in &mut clean.records {
+        let (t, _) = tcp_at(f);
+        for at in [t, t + 2] {
+            if f[at..at + 2] == 28102u16.to_be_bytes() {
+                f[at..at + 2].copy_from_slice(&28101u16.to_be_bytes());
+            }
+        }
+    }
+    let caps =
+        vec![Capture::from_bytes("nagle", read("wwr_nagle.pcap").bytes()), Capture::from_bytes("clean", clean.bytes())];
+    let r = analyze(&caps, &Options::default()).unwrap();
+    let n = nagle(&r);
+    assert_eq!(n.len(), 1);
+    assert_eq!(n[0].nagle_side.endpoint, "127.0.0.1:28101");
+    assert_eq!((n[0].exchanges, n[0].connections), (60, 1), "{:?}", n[0]);
+    assert!(n[0].summary.contains(&format!("{} of 60 responses", n[0].stalls)), "{}", n[0].summary);
+}

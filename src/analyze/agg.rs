@@ -18,6 +18,7 @@ pub(crate) struct NagleAgg {
     pub(crate) stalls: Dist,
     pub(crate) acks: Dist,
     pub(crate) lost_ns: i64,
+    /// Exchanges on the connections that stalled.
     pub(crate) exchanges: u64,
     pub(crate) connections: u64,
     pub(crate) examples: Vec<u64>,
