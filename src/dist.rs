@@ -69,6 +69,40 @@ impl Dist {
     pub fn count(&self) -> u64 {
         self.n
     }
+    /// The `q` quantile (0..=1), ms; 0 when empty.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        if self.n == 0 { 0.0 } else { self.quantile_us(q) / 1e3 }
+    }
+    /// Largest value, ms.
+    pub fn max_ms(&self) -> f64 {
+        self.max_us as f64 / 1e3
+    }
+    /// Buckets with values: (middle of the bucket in µs, count).
+    fn filled(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(b, &c)| (value(b).min(self.max_us as f64), u64::from(c)))
+    }
+    /// Mean and standard deviation, ms (from the buckets: ±0.4 %).
+    pub fn mean_stdev_ms(&self) -> (f64, f64) {
+        if self.n == 0 {
+            return (0.0, 0.0);
+        }
+        let n = self.n as f64;
+        let mean = self.filled().map(|(v, c)| v * c as f64).sum::<f64>() / n;
+        let var = self.filled().map(|(v, c)| (v - mean).powi(2) * c as f64).sum::<f64>() / n;
+        (mean / 1e3, var.sqrt() / 1e3)
+    }
+    /// Share (0..=1) of values between `lo_ms` and `hi_ms`, both included.
+    pub fn share_between(&self, lo_ms: f64, hi_ms: f64) -> f64 {
+        if self.n == 0 {
+            return 0.0;
+        }
+        let (lo, hi) = (lo_ms * 1e3, hi_ms * 1e3);
+        self.filled().filter(|(v, _)| (lo..=hi).contains(v)).map(|(_, c)| c).sum::<u64>() as f64 / self.n as f64
+    }
     fn quantile_us(&self, q: f64) -> f64 {
         let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
         let mut seen = 0u64;

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod detect;
 pub mod dist;
 pub mod filter;
+pub mod measure;
 pub mod report;
 pub mod tcp;
 mod verdict;

@@ -38,6 +38,12 @@ enum Cmd {
     #[command(after_help = "Exit codes: 0 all input analysed; 2 bad command line; 3 no input could be read; \
 4 results printed but part of the input was damaged or skipped (see WARNINGS).")]
     Analyze(AnalyzeArgs),
+    /// HTTP/1.1 load like wrk (same flags and layout), plus time to first byte, read gaps and client knobs.
+    #[command(after_help = "Exit codes: 0 the run completed (even with errors: they are counted in the report); \
+2 bad command line; 3 the run could not start (bad URL, unresolvable host).\n\n\
+Latency is measured from writing the request to the response's last byte (with -R, from when the request \
+was due). Ctrl-C stops the run and prints what was measured.")]
+    Bench(BenchArgs),
     /// Analyse the real captures bundled in tcpdoctor (nginx with tcp_nodelay off, then on).
     Demo {
         /// Print JSON instead of text.
@@ -63,6 +69,114 @@ struct AnalyzeArgs {
     /// Most rows in a ladder.
     #[arg(long, default_value_t = 60, value_name = "N")]
     ladder_rows: usize,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// http://HOST[:PORT][/PATH]
+    url: String,
+    /// Connections to keep open (all are used, whatever -t is).
+    #[arg(short = 'c', long, default_value_t = 10)]
+    connections: usize,
+    /// Worker threads.
+    #[arg(short = 't', long, default_value_t = 2)]
+    threads: usize,
+    /// Duration of the test, e.g. 10s, 2m.
+    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_duration)]
+    duration: std::time::Duration,
+    /// Per-request timeout: a request without a complete response by then is counted and its connection replaced.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+    /// Print the latency percentiles (as wrk --latency).
+    #[arg(long)]
+    latency: bool,
+    /// Add a request header, e.g. -H 'Accept: */*' (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
+    /// Request method.
+    #[arg(long, default_value = "GET")]
+    method: String,
+    /// Request body.
+    #[arg(long, conflicts_with = "body_file")]
+    body: Option<String>,
+    /// Request body from a file.
+    #[arg(long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+    /// Fixed total request rate (requests/s); latency then counts from when each request was due (as wrk2).
+    #[arg(short = 'R', long = "rate", value_name = "RATE")]
+    rate: Option<f64>,
+    /// A new connection for every request (like ab without -k).
+    #[arg(long)]
+    no_keepalive: bool,
+    /// TCP_NODELAY on the client's sockets.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    nodelay: String,
+    /// Set TCP_QUICKACK after every read, so this client never delays its ACKs.
+    #[arg(long)]
+    quickack: bool,
+    /// Write the request header and body in two writes (reproduces a client-side Nagle stall with --nodelay off).
+    #[arg(long)]
+    split_writes: bool,
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    tcpdoctor::measure::bench::parse_duration(s)
+}
+
+fn run_bench(a: BenchArgs) -> ExitCode {
+    use std::io::IsTerminal;
+    let body = match (&a.body, &a.body_file) {
+        (Some(b), _) => b.clone().into_bytes(),
+        (None, Some(f)) => match std::fs::read(f) {
+            Ok(b) => b,
+            Err(e) => return fail(exit::INPUT, format!("--body-file {}: {e}", f.display())),
+        },
+        (None, None) => Vec::new(),
+    };
+    let o = tcpdoctor::measure::bench::Options {
+        url: a.url,
+        threads: a.threads,
+        connections: a.connections,
+        duration: a.duration,
+        timeout: a.timeout,
+        method: a.method,
+        headers: a.headers,
+        body,
+        rate: a.rate,
+        keepalive: !a.no_keepalive,
+        nodelay: a.nodelay == "on",
+        quickack: a.quickack,
+        split_writes: a.split_writes,
+    };
+    let tty = std::io::stderr().is_terminal();
+    let total = a.duration;
+    let mut progress = |t: std::time::Duration, n: u64| {
+        if tty {
+            eprint!(
+                "\r\x1b[K  {:.0}s / {:.0}s  {n} requests  {:.0} req/s",
+                t.as_secs_f64(),
+                total.as_secs_f64(),
+                n as f64 / t.as_secs_f64()
+            );
+        }
+    };
+    match tcpdoctor::measure::bench::run(&o, &mut progress) {
+        Ok(r) => {
+            if tty {
+                eprint!("\r\x1b[K");
+            }
+            if a.json {
+                print(&format!("{}\n", serde_json::to_string_pretty(&r).unwrap_or_default()));
+            } else {
+                print(&report::bench::render(&r, a.latency));
+            }
+            ExitCode::from(exit::OK)
+        }
+        Err(e) => fail(exit::INPUT, e),
+    }
 }
 
 fn print(s: &str) {
@@ -140,6 +254,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Analyze(a) => run_analyze(a),
+        Cmd::Bench(a) => run_bench(a),
         Cmd::Demo { json } => match tcpdoctor::demo::run() {
             Ok(reports) => {
                 if json {

@@ -1,6 +1,7 @@
 //! The report: serde types of the JSON output (one schema for every verb
 //! that analyses packets) and its text rendering.
 
+pub mod bench;
 mod ladder;
 pub(crate) mod text;
 

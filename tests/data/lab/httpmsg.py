@@ -21,3 +21,23 @@ def read_message(sock, buf):
             return None, rest
         rest += d
     return head, rest[clen:]
+
+
+def serve(host, port, handle, max_seconds, banner, backlog=16):
+    """Accept connections on host:port for max_seconds, one thread each."""
+    import socket, threading, time
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    s.listen(backlog)
+    s.settimeout(0.2)
+    deadline = time.time() + max_seconds
+    print(banner, flush=True)
+    while time.time() < deadline:
+        try:
+            c, _ = s.accept()
+        except socket.timeout:
+            continue
+        threading.Thread(target=handle, args=(c,), daemon=True).start()
+    s.close()

@@ -11,9 +11,9 @@ Modes:
 
 TCP_NODELAY is OFF unless --nodelay is given.  Exits after --max-seconds.
 """
-import argparse, socket, threading, time, sys, os
+import argparse, socket, time
 
-from httpmsg import read_message
+from httpmsg import read_message, serve
 
 p = argparse.ArgumentParser()
 p.add_argument("--host", default="127.0.0.1")
@@ -70,21 +70,8 @@ def handle(conn):
 
 
 def main():
-    fam = socket.AF_INET6 if ":" in a.host else socket.AF_INET
-    s = socket.socket(fam, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((a.host, a.port))
-    s.listen(16)
-    s.settimeout(0.5)
-    deadline = time.time() + a.max_seconds
-    print("listening %s:%d mode=%s nodelay=%s" % (a.host, a.port, a.mode, a.nodelay), flush=True)
-    while time.time() < deadline:
-        try:
-            c, _ = s.accept()
-        except socket.timeout:
-            continue
-        threading.Thread(target=handle, args=(c,), daemon=True).start()
-    s.close()
+    serve(a.host, a.port, handle, a.max_seconds,
+          "listening %s:%d mode=%s nodelay=%s" % (a.host, a.port, a.mode, a.nodelay))
 
 
 if __name__ == "__main__":

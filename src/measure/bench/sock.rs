@@ -1,0 +1,171 @@
+//! The few socket calls the load loop makes, over libc, without allocation.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
+}
+
+/// A socket address in the kernel's layout.
+#[derive(Clone, Copy)]
+pub struct Addr {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+    family: libc::c_int,
+}
+
+impl Addr {
+    /// Converts a std address.
+    pub fn new(a: SocketAddr) -> Addr {
+        // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let (len, family) = match a {
+            SocketAddr::V4(v4) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: v4.port().to_be(),
+                    sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+                unsafe { std::ptr::write(std::ptr::addr_of_mut!(storage).cast(), sin) };
+                (std::mem::size_of::<libc::sockaddr_in>(), libc::AF_INET)
+            }
+            SocketAddr::V6(v6) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: v6.port().to_be(),
+                    sin6_flowinfo: v6.flowinfo(),
+                    sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
+                    sin6_scope_id: v6.scope_id(),
+                };
+                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+                unsafe { std::ptr::write(std::ptr::addr_of_mut!(storage).cast(), sin6) };
+                (std::mem::size_of::<libc::sockaddr_in6>(), libc::AF_INET6)
+            }
+        };
+        Addr { storage, len: len as libc::socklen_t, family }
+    }
+}
+
+fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its size.
+    check(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            std::ptr::addr_of!(v).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// Opens a non-blocking TCP socket and starts connecting. Returns the fd and
+/// whether the connection is already complete.
+pub fn connect(addr: &Addr, nodelay: bool) -> io::Result<(RawFd, bool)> {
+    // SAFETY: plain syscall.
+    let fd =
+        check(unsafe { libc::socket(addr.family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+    let setup = set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, i32::from(nodelay));
+    if let Err(e) = setup {
+        close(fd);
+        return Err(e);
+    }
+    // SAFETY: addr.storage holds a valid sockaddr of length addr.len.
+    let r = unsafe { libc::connect(fd, std::ptr::addr_of!(addr.storage).cast(), addr.len) };
+    if r == 0 {
+        return Ok((fd, true));
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EINPROGRESS) {
+        return Ok((fd, false));
+    }
+    close(fd);
+    Err(e)
+}
+
+/// The outcome of a non-blocking connect (SO_ERROR).
+pub fn connect_result(fd: RawFd) -> io::Result<()> {
+    let mut err: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: err and len are live and sized for SO_ERROR.
+    check(unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, std::ptr::addr_of_mut!(err).cast(), &mut len)
+    })?;
+    if err == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(err)) }
+}
+
+/// Asks the kernel to ACK at once (TCP_QUICKACK lasts only until the next
+/// delayed-ACK decision, so it is set after every read).
+pub fn quickack(fd: RawFd) {
+    let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+}
+
+/// Non-blocking read; `Ok(0)` is end of stream.
+pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: buf is valid for writes of buf.len() bytes.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+}
+
+/// Non-blocking write (no SIGPIPE).
+pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: buf is valid for reads of buf.len() bytes.
+    let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+}
+
+/// Closes a file descriptor we own.
+pub fn close(fd: RawFd) {
+    // SAFETY: the caller owns fd and never uses it again.
+    unsafe { libc::close(fd) };
+}
+
+/// An epoll instance.
+pub struct Epoll(RawFd);
+
+impl Epoll {
+    /// Creates one.
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: plain syscall.
+        Ok(Epoll(check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?))
+    }
+    /// Watches `fd` edge-triggered for input and output; `token` comes back with its events.
+    pub fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: token,
+        };
+        // SAFETY: ev is a live epoll_event.
+        check(unsafe { libc::epoll_ctl(self.0, libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(drop)
+    }
+    /// Waits up to `timeout` for events.
+    pub fn wait(&self, events: &mut [libc::epoll_event], timeout: std::time::Duration) -> io::Result<usize> {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: events is valid for events.len() entries; ts is live; no signal mask.
+        let n = unsafe {
+            libc::epoll_pwait2(self.0, events.as_mut_ptr(), events.len() as libc::c_int, &ts, std::ptr::null())
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(n as usize)
+    }
+}
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        close(self.0);
+    }
+}

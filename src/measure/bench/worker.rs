@@ -1,0 +1,380 @@
+//! One worker thread: an edge-triggered epoll loop over its connections.
+//!
+//! Each fd is registered once for input and output; a request is written as
+//! soon as the previous response ends, so a keep-alive request costs one
+//! write and one read (wrk also re-arms epoll twice per request).
+
+use super::http::{Fed, Reader};
+use super::sock::{self, Addr, Epoll};
+use super::{Config, Stats};
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Read buffer per worker.
+const READ_BUF: usize = 64 * 1024;
+/// How often rates are sampled and timeouts checked.
+const TICK: Duration = Duration::from_millis(10);
+/// Rate sample period (as wrk).
+const SAMPLE: Duration = Duration::from_millis(100);
+/// Wait before reconnecting after a failed connect, so a dead server is not hammered.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(10);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// No socket; (re)connect at `next_at`.
+    Closed,
+    /// connect() in progress.
+    Connecting,
+    /// Connected; the next request is due at `next_at`.
+    Idle,
+    /// Writing the request: piece and offset.
+    Writing(u8, usize),
+    /// Request written, reading the response.
+    Reading,
+}
+
+struct Conn {
+    fd: RawFd,
+    state: State,
+    reader: Reader,
+    /// When the next request (or reconnect) is due.
+    next_at: Instant,
+    /// Latency origin of the request in flight (its due time with `-R`).
+    origin: Instant,
+    /// When the current phase (connect or request) started, for the timeout.
+    phase_start: Instant,
+    first_byte: Option<Instant>,
+    last_read: Instant,
+    max_gap: Duration,
+}
+
+/// The loop's outcome for one connection after an event.
+enum Step {
+    Continue,
+    /// Close the socket and reconnect after this delay.
+    Reconnect(Duration),
+}
+
+pub(super) struct Worker<'a> {
+    cfg: &'a Config,
+    addr: Addr,
+    epoll: Epoll,
+    conns: Vec<Conn>,
+    buf: Vec<u8>,
+    stats: Stats,
+    /// Per-connection request interval with `-R`.
+    interval: Option<Duration>,
+}
+
+impl<'a> Worker<'a> {
+    pub(super) fn new(cfg: &'a Config, n: usize, start: Instant, first_conn: usize) -> io::Result<Worker<'a>> {
+        let interval = cfg.rate.map(|r| Duration::from_secs_f64(cfg.connections as f64 / r));
+        let conns = (0..n)
+            .map(|i| {
+                // Stagger paced connections so the total rate is even.
+                let offset = cfg.rate.map_or(Duration::ZERO, |r| Duration::from_secs_f64((first_conn + i) as f64 / r));
+                Conn {
+                    fd: -1,
+                    state: State::Closed,
+                    reader: Reader::default(),
+                    next_at: start + offset,
+                    origin: start,
+                    phase_start: start,
+                    first_byte: None,
+                    last_read: start,
+                    max_gap: Duration::ZERO,
+                }
+            })
+            .collect();
+        Ok(Worker {
+            cfg,
+            addr: Addr::new(cfg.addr),
+            epoll: Epoll::new()?,
+            conns,
+            buf: vec![0; READ_BUF],
+            stats: Stats::new(),
+            interval,
+        })
+    }
+
+    /// Runs until `deadline` or until `stop` says so; returns the statistics.
+    pub(super) fn run(mut self, deadline: Instant, stop: &dyn Fn() -> bool, progress: &AtomicU64) -> Stats {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let start = Instant::now();
+        let (mut next_tick, mut next_sample, mut sampled) = (start, start + SAMPLE, 0u64);
+        loop {
+            let now = Instant::now();
+            if now >= deadline || stop() {
+                break;
+            }
+            if now >= next_tick {
+                self.tick(now);
+                next_tick = now + TICK;
+            }
+            if now >= next_sample {
+                let period = SAMPLE + (now - next_sample);
+                let done = self.stats.requests;
+                self.stats.rate_samples.push((done - sampled) as f64 / period.as_secs_f64());
+                sampled = done;
+                progress.store(done, Ordering::Relaxed);
+                next_sample = now + SAMPLE;
+            }
+            let mut wake = next_tick.min(next_sample).min(deadline);
+            if self.interval.is_some() {
+                for c in &self.conns {
+                    if matches!(c.state, State::Idle | State::Closed) {
+                        wake = wake.min(c.next_at);
+                    }
+                }
+            }
+            let n = match self.epoll.wait(&mut events, wake.saturating_duration_since(now)) {
+                Ok(n) => n,
+                Err(_) => break,
+            };
+            for ev in &events[..n] {
+                let (i, flags) = (ev.u64 as usize, ev.events);
+                self.event(i, flags);
+            }
+        }
+        for c in &mut self.conns {
+            if c.fd >= 0 {
+                sock::close(c.fd);
+                c.fd = -1;
+            }
+        }
+        progress.store(self.stats.requests, Ordering::Relaxed);
+        self.stats
+    }
+
+    /// Timeouts, paced sends and reconnects that are due.
+    fn tick(&mut self, now: Instant) {
+        let timeout = self.cfg.timeout;
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            let step = match c.state {
+                State::Connecting if now - c.phase_start >= timeout => {
+                    self.stats.errors.connect += 1;
+                    Step::Reconnect(Duration::ZERO)
+                }
+                State::Writing(..) | State::Reading if now - c.phase_start >= timeout => {
+                    self.stats.errors.timeout += 1;
+                    Step::Reconnect(Duration::ZERO)
+                }
+                State::Closed if now >= c.next_at => self.open(i, now),
+                State::Idle if now >= c.next_at => self.send(i, now),
+                _ => Step::Continue,
+            };
+            self.apply(i, step, now);
+        }
+    }
+
+    fn apply(&mut self, i: usize, step: Step, now: Instant) {
+        if let Step::Reconnect(after) = step {
+            let c = &mut self.conns[i];
+            if c.fd >= 0 {
+                sock::close(c.fd);
+                c.fd = -1;
+            }
+            c.state = State::Closed;
+            c.reader.reset();
+            c.next_at = c.next_at.max(now + after);
+            if after.is_zero() {
+                let s = self.open(i, now);
+                self.apply(i, s, now);
+            }
+        }
+    }
+
+    /// Starts a connection.
+    fn open(&mut self, i: usize, now: Instant) -> Step {
+        match sock::connect(&self.addr, self.cfg.nodelay) {
+            Ok((fd, done)) => {
+                let c = &mut self.conns[i];
+                c.fd = fd;
+                c.phase_start = now;
+                c.state = State::Connecting;
+                if self.epoll.add(fd, i as u64).is_err() {
+                    self.stats.errors.connect += 1;
+                    return Step::Reconnect(RECONNECT_BACKOFF);
+                }
+                if done { self.connected(i, now) } else { Step::Continue }
+            }
+            Err(_) => {
+                self.stats.errors.connect += 1;
+                Step::Reconnect(RECONNECT_BACKOFF)
+            }
+        }
+    }
+
+    fn connected(&mut self, i: usize, now: Instant) -> Step {
+        let c = &mut self.conns[i];
+        self.stats.connect.record((now - c.phase_start).as_nanos() as i64);
+        c.state = State::Idle;
+        if self.interval.is_none() || now >= c.next_at {
+            return self.send(i, now);
+        }
+        Step::Continue
+    }
+
+    /// Starts writing a request.
+    fn send(&mut self, i: usize, now: Instant) -> Step {
+        let c = &mut self.conns[i];
+        // With -R the latency counts from when the request was due, not from when
+        // a late connection got round to it (coordinated omission).
+        c.origin = if self.interval.is_some() { c.next_at.min(now) } else { now };
+        c.phase_start = now;
+        c.first_byte = None;
+        c.max_gap = Duration::ZERO;
+        c.state = State::Writing(0, 0);
+        self.write_more(i)
+    }
+
+    fn write_more(&mut self, i: usize) -> Step {
+        let req = &self.cfg.request;
+        let pieces: [&[u8]; 2] = if self.cfg.split_writes { [&req.head, &req.body] } else { [&req.whole, &[]] };
+        let c = &mut self.conns[i];
+        while let State::Writing(p, off) = c.state {
+            let piece = pieces[usize::from(p)];
+            if off >= piece.len() {
+                c.state = if p == 0 && !pieces[1].is_empty() { State::Writing(1, 0) } else { State::Reading };
+                continue;
+            }
+            match sock::write(c.fd, &piece[off..]) {
+                Ok(n) => c.state = State::Writing(p, off + n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.stats.errors.write += 1;
+                    return Step::Reconnect(Duration::ZERO);
+                }
+            }
+        }
+        Step::Continue
+    }
+
+    fn event(&mut self, i: usize, flags: u32) {
+        let now = Instant::now();
+        let Some(c) = self.conns.get(i) else { return };
+        let step = match c.state {
+            State::Connecting => {
+                if flags & (libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP) as u32 == 0 {
+                    return;
+                }
+                match sock::connect_result(c.fd) {
+                    Ok(()) => self.connected(i, now),
+                    Err(_) => {
+                        self.stats.errors.connect += 1;
+                        Step::Reconnect(RECONNECT_BACKOFF)
+                    }
+                }
+            }
+            State::Writing(..) => {
+                let s = self.write_more(i);
+                if matches!(s, Step::Continue) && self.conns[i].state == State::Reading {
+                    self.read(i, now, flags)
+                } else {
+                    s
+                }
+            }
+            State::Reading | State::Idle => self.read(i, now, flags),
+            State::Closed => Step::Continue,
+        };
+        self.apply(i, step, now);
+    }
+
+    /// Reads everything available and completes responses.
+    fn read(&mut self, i: usize, now: Instant, flags: u32) -> Step {
+        // The peer's FIN raises no new edge if it came with the data: read to the end.
+        let hangup = flags & (libc::EPOLLRDHUP | libc::EPOLLHUP) as u32 != 0;
+        loop {
+            let fd = self.conns[i].fd;
+            let n = match sock::read(fd, &mut self.buf) {
+                Ok(0) => return self.closed_by_peer(i, now),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.stats.errors.read += 1;
+                    return Step::Reconnect(Duration::ZERO);
+                }
+            };
+            if self.cfg.quickack {
+                sock::quickack(fd);
+            }
+            self.stats.bytes += n as u64;
+            let c = &mut self.conns[i];
+            if c.state != State::Reading {
+                // Nothing was asked: bytes the server sent on its own.
+                self.stats.errors.malformed += 1;
+                return Step::Reconnect(Duration::ZERO);
+            }
+            match c.first_byte {
+                None => c.first_byte = Some(now),
+                Some(_) => c.max_gap = c.max_gap.max(now - c.last_read),
+            }
+            c.last_read = now;
+            match c.reader.feed(&self.buf[..n], self.cfg.request.is_head) {
+                Ok(Fed::More) => {}
+                Ok(Fed::Done(done, used)) => {
+                    if used < n {
+                        // A second response nobody asked for.
+                        self.stats.errors.malformed += 1;
+                        return Step::Reconnect(Duration::ZERO);
+                    }
+                    return self.complete(i, now, done.status, done.keep_alive);
+                }
+                Err(_) => {
+                    self.stats.errors.malformed += 1;
+                    return Step::Reconnect(Duration::ZERO);
+                }
+            }
+            if n < self.buf.len() && !hangup {
+                // A short read drained the socket; the next arrival raises a new edge.
+                return Step::Continue;
+            }
+        }
+    }
+
+    /// The server closed the connection.
+    fn closed_by_peer(&mut self, i: usize, now: Instant) -> Step {
+        let c = &mut self.conns[i];
+        if c.state == State::Reading {
+            if let Some(done) = c.reader.eof() {
+                let s = self.complete(i, now, done.status, false);
+                return match s {
+                    Step::Continue => Step::Reconnect(Duration::ZERO),
+                    s => s,
+                };
+            }
+            // Closed before or in the middle of the response.
+            self.stats.errors.read += 1;
+        }
+        // An idle keep-alive connection closed by the server is normal.
+        Step::Reconnect(Duration::ZERO)
+    }
+
+    fn complete(&mut self, i: usize, now: Instant, status: u16, keep_alive: bool) -> Step {
+        let c = &mut self.conns[i];
+        let st = &mut self.stats;
+        let ns = |d: Duration| d.as_nanos() as i64;
+        st.latency.record(ns(now - c.origin));
+        st.ttfb.record(ns(c.first_byte.unwrap_or(now) - c.origin));
+        st.gap.record(ns(c.max_gap));
+        st.requests += 1;
+        st.status(status);
+        c.state = State::Idle;
+        if let Some(iv) = self.interval {
+            c.next_at += iv;
+        }
+        if !keep_alive || !self.cfg.keepalive {
+            // The next request goes on a new connection.
+            return Step::Reconnect(Duration::ZERO);
+        }
+        if self.interval.is_none() || now >= c.next_at {
+            return self.send(i, now);
+        }
+        Step::Continue
+    }
+}

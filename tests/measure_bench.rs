@@ -1,0 +1,262 @@
+//! `tcpdoctor bench` against real servers started here: the lab's
+//! write-write-read server with and without TCP_NODELAY, Debian's nginx, and
+//! servers that never answer, reset, send garbage, chunk, speak HTTP/1.0 or die.
+
+mod common;
+
+use serde_json::Value;
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server process, killed by PID when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_listening(port: u16) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "server on port {port} did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts a lab script (tests/data/lab) with its arguments; the port is added.
+fn lab(script: &str, args: &[&str]) -> Server {
+    let port = free_port();
+    let child = Command::new("python3")
+        .arg(common::data("lab").join(script))
+        .args(["--port", &port.to_string(), "--max-seconds", "60"])
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("python3");
+    wait_listening(port);
+    Server { child, port }
+}
+
+/// Runs `tcpdoctor bench ARGS --json URL`; returns the report and the wall time.
+fn bench(port: u16, args: &[&str]) -> (Value, Duration) {
+    let url = format!("http://127.0.0.1:{port}/");
+    let t = Instant::now();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tcpdoctor")).arg("bench").args(args).args(["--json", &url]).output().unwrap();
+    let took = t.elapsed();
+    assert!(out.status.success(), "bench {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    (serde_json::from_slice(&out.stdout).expect("JSON"), took)
+}
+
+fn f(v: &Value, path: &str) -> f64 {
+    path.split('.').fold(v, |v, k| &v[k]).as_f64().unwrap_or_else(|| panic!("{path} missing in {v:#}"))
+}
+
+fn notes(v: &Value) -> String {
+    v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn nagle_server_stalls_about_40ms_and_quickack_removes_it() {
+    let s = lab("wwr_server.py", &["--mode", "wwr"]);
+    let (r, _) = bench(s.port, &["-t1", "-c4", "-d2s"]);
+    let p50 = f(&r, "latency.p50");
+    assert!((38.0..=52.0).contains(&p50), "p50 {p50} ms: {r:#}");
+    assert!(f(&r, "max_read_gap.p50") >= 35.0, "{r:#}");
+    assert!(f(&r, "time_to_first_byte.p50") < 5.0, "header should come at once: {r:#}");
+    let n = notes(&r);
+    assert!(n.contains("delayed-ACK") && n.contains("TCP_NODELAY on the server"), "{n}");
+
+    let (q, _) = bench(s.port, &["-t1", "-c4", "-d2s", "--quickack"]);
+    let p50 = f(&q, "latency.p50");
+    assert!(p50 < 1.0, "with --quickack p50 is {p50} ms: {q:#}");
+    assert!(notes(&q).is_empty(), "{}", notes(&q));
+}
+
+#[test]
+fn nodelay_server_answers_in_under_a_millisecond() {
+    let s = lab("wwr_server.py", &["--mode", "wwr", "--nodelay"]);
+    let (r, _) = bench(s.port, &["-t1", "-c2", "-d2s"]);
+    assert!(f(&r, "latency.p50") < 1.0, "{r:#}");
+    assert!(f(&r, "requests") > 500.0, "{r:#}");
+    assert_eq!(f(&r, "errors.read") + f(&r, "errors.timeout") + f(&r, "errors.malformed"), 0.0, "{r:#}");
+    assert_eq!(r["status_codes"]["200"].as_u64(), r["requests"].as_u64());
+}
+
+#[test]
+fn every_connection_is_used_when_c_is_not_a_multiple_of_t() {
+    let s = lab("wwr_server.py", &["--mode", "single", "--nodelay"]);
+    let (r, _) = bench(s.port, &["-t3", "-c5", "-d1s"]);
+    // Keep-alive: each connection connects once.
+    assert_eq!(f(&r, "connect.count"), 5.0, "{r:#}");
+    assert_eq!(f(&r, "threads"), 3.0);
+}
+
+#[test]
+fn fixed_rate_sends_that_many_requests() {
+    let s = lab("wwr_server.py", &["--mode", "single", "--nodelay"]);
+    let (r, _) = bench(s.port, &["-t1", "-c4", "-d2s", "-R", "200"]);
+    let n = f(&r, "requests");
+    assert!((340.0..=410.0).contains(&n), "{n} requests at 200/s for 2 s");
+    assert!(f(&r, "latency.p50") < 5.0, "{r:#}");
+}
+
+#[test]
+fn fixed_rate_counts_time_waiting_behind_a_slow_server() {
+    // 45 ms think time, 1 connection asked for 100 requests/s: the server can do ~22/s,
+    // so with coordinated-omission correction latency grows far past the think time.
+    let s = lab("wwr_server.py", &["--mode", "think", "--nodelay"]);
+    let (r, _) = bench(s.port, &["-t1", "-c1", "-d2s", "-R", "100"]);
+    assert!(f(&r, "latency.max") > 400.0, "{r:#}");
+    assert!(f(&r, "time_to_first_byte.p50") > 45.0, "{r:#}");
+}
+
+#[test]
+fn client_side_nagle_with_split_writes() {
+    let s = lab("wwr_server.py", &["--mode", "single", "--nodelay"]);
+    let body = "x".repeat(200);
+    let (r, _) = bench(
+        s.port,
+        &["-t1", "-c2", "-d2s", "--method", "POST", "--body", &body, "--split-writes", "--nodelay", "off"],
+    );
+    assert!(f(&r, "latency.p50") >= 35.0, "{r:#}");
+    assert!(notes(&r).contains("client-side Nagle"), "{}", notes(&r));
+    let (ok, _) = bench(s.port, &["-t1", "-c2", "-d1s", "--method", "POST", "--body", &body, "--split-writes"]);
+    assert!(f(&ok, "latency.p50") < 5.0, "with TCP_NODELAY on the client: {ok:#}");
+}
+
+#[test]
+fn silent_server_gives_counted_timeouts_and_the_run_ends_on_time() {
+    let s = lab("odd_server.py", &["--mode", "silent"]);
+    let (r, took) = bench(s.port, &["-t1", "-c3", "-d2s", "--timeout", "500ms"]);
+    assert_eq!(f(&r, "requests"), 0.0);
+    assert!(f(&r, "errors.timeout") >= 6.0, "{r:#}");
+    assert!(notes(&r).contains("never answered"), "{}", notes(&r));
+    assert!(took < Duration::from_millis(2500 + 500), "took {took:?}");
+}
+
+#[test]
+fn resets_garbage_chunked_and_http10() {
+    let reset = lab("odd_server.py", &["--mode", "reset"]);
+    let (r, _) = bench(reset.port, &["-t1", "-c2", "-d1s"]);
+    assert_eq!(f(&r, "requests"), 0.0);
+    assert!(f(&r, "errors.read") > 0.0, "{r:#}");
+
+    let garbage = lab("odd_server.py", &["--mode", "garbage"]);
+    let (r, _) = bench(garbage.port, &["-t1", "-c2", "-d1s"]);
+    assert_eq!(f(&r, "requests"), 0.0);
+    assert!(f(&r, "errors.malformed") > 0.0, "{r:#}");
+
+    let chunked = lab("odd_server.py", &["--mode", "chunked"]);
+    let (r, _) = bench(chunked.port, &["-t1", "-c2", "-d1s"]);
+    assert!(f(&r, "requests") > 100.0, "{r:#}");
+    assert_eq!(f(&r, "errors.malformed") + f(&r, "errors.read") + f(&r, "errors.timeout"), 0.0, "{r:#}");
+
+    let old = lab("odd_server.py", &["--mode", "http10"]);
+    let (r, _) = bench(old.port, &["-t1", "-c2", "-d1s"]);
+    let n = f(&r, "requests");
+    assert!(n > 50.0, "{r:#}");
+    assert_eq!(f(&r, "errors.read") + f(&r, "errors.timeout"), 0.0, "{r:#}");
+    // The server closes after every response: one connection per request (± the ones open at the end).
+    assert!((f(&r, "connect.count") - n).abs() <= 2.0, "{r:#}");
+}
+
+#[test]
+fn no_keepalive_opens_a_connection_per_request() {
+    let s = lab("wwr_server.py", &["--mode", "single", "--nodelay"]);
+    let (r, _) = bench(s.port, &["-t1", "-c2", "-d1s", "--no-keepalive"]);
+    let n = f(&r, "requests");
+    assert!(n > 50.0, "{r:#}");
+    assert!((f(&r, "connect.count") - n).abs() <= 2.0, "{r:#}");
+    assert_eq!(r["options"]["keepalive"], Value::Bool(false));
+}
+
+#[test]
+fn server_killed_during_the_run() {
+    let mut s = lab("wwr_server.py", &["--mode", "single", "--nodelay"]);
+    let pid = s.child.id();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(700));
+        // By PID: the server this test started.
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    let (r, took) = bench(s.port, &["-t1", "-c4", "-d2s", "--timeout", "1s"]);
+    killer.join().unwrap();
+    let _ = s.child.wait();
+    assert!(f(&r, "requests") > 10.0, "{r:#}");
+    assert!(f(&r, "errors.connect") + f(&r, "errors.read") > 0.0, "{r:#}");
+    assert!(took < Duration::from_secs(3) + Duration::from_millis(500), "took {took:?}");
+}
+
+/// Debian's nginx with a config of our own on a free port.
+#[test]
+fn debian_nginx() {
+    if !common::require("nginx") {
+        return;
+    }
+    let dir = tempdir();
+    let port = free_port();
+    let conf = dir.join("nginx.conf");
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/logs/error.log;
+events {{ worker_connections 256; }}
+http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fcgi;
+uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"hello\"; }} location /missing {{ return 404; }} }} }}",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let nginx = if Path::new("/usr/sbin/nginx").exists() { "/usr/sbin/nginx" } else { "nginx" };
+    let child = Command::new(nginx)
+        .args(["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let s = Server { child, port };
+    wait_listening(port);
+    let (r, _) = bench(s.port, &["-t2", "-c10", "-d1s", "--latency"]);
+    assert!(f(&r, "requests") > 1000.0, "{r:#}");
+    assert_eq!(f(&r, "errors.connect") + f(&r, "errors.read") + f(&r, "errors.malformed"), 0.0, "{r:#}");
+    assert!(f(&r, "latency.p50") < 5.0, "{r:#}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpdoctor"))
+        .args(["bench", "-t1", "-c2", "-d500ms", &format!("http://127.0.0.1:{port}/missing")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Non-2xx or 3xx responses:") && text.contains("Requests/sec:"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tcpdoctor-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn bad_urls_fail_with_one_line_and_code_3() {
+    for (url, what) in [("https://127.0.0.1/", "https is not supported"), ("http://no.such.host.invalid/", "resolve")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tcpdoctor")).args(["bench", "-d1s", url]).output().unwrap();
+        assert_eq!(out.status.code(), Some(3), "{url}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(what) && err.lines().count() == 1, "{err}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpdoctor")).args(["bench", "-d", "5 parsecs", "http://x/"]).output();
+    assert_eq!(out.unwrap().status.code(), Some(2));
+}
