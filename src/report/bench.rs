@@ -179,7 +179,8 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
         Some(rate) => format!(" at {} requests/s", metric(rate)),
         None => String::new(),
     };
-    let _ = writeln!(s, "Running {} test @ {}{mode}", time_ms(r.duration_s * 1e3), r.url);
+    let d = if r.duration_s.fract() == 0.0 { format!("{}s", r.duration_s) } else { time_ms(r.duration_s * 1e3) };
+    let _ = writeln!(s, "Running {d} test @ {}{mode}", r.url);
     let _ = writeln!(s, "  {} threads and {} connections", r.threads, r.connections);
     let _ = writeln!(s, "  Thread Stats   Avg      Stdev     Max   +/- Stdev");
     let l = &r.latency;
