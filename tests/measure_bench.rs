@@ -260,3 +260,26 @@ fn bad_urls_fail_with_one_line_and_code_3() {
     let out = Command::new(env!("CARGO_BIN_EXE_tcpdoctor")).args(["bench", "-d", "5 parsecs", "http://x/"]).output();
     assert_eq!(out.unwrap().status.code(), Some(2));
 }
+
+#[test]
+fn ctrl_c_prints_the_results_so_far_and_nothing_goes_to_a_pipe_meanwhile() {
+    let s = lab("wwr_server.py", &["--mode", "single", "--nodelay"]);
+    let url = format!("http://127.0.0.1:{}/", s.port);
+    let t = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_tcpdoctor"))
+        .args(["bench", "-t1", "-c2", "-d20s", "--json", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    // SIGINT to the bench we started, by PID (what Ctrl-C sends).
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "no progress line when stderr is not a terminal: {:?}", out.stderr);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["interrupted"], Value::Bool(true));
+    assert!(f(&r, "requests") > 10.0 && f(&r, "elapsed_s") < 3.0, "{r:#}");
+}
