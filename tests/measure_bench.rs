@@ -283,3 +283,17 @@ fn ctrl_c_prints_the_results_so_far_and_nothing_goes_to_a_pipe_meanwhile() {
     assert_eq!(r["interrupted"], Value::Bool(true));
     assert!(f(&r, "requests") > 10.0 && f(&r, "elapsed_s") < 3.0, "{r:#}");
 }
+
+#[test]
+fn progress_line_on_a_terminal() {
+    if !common::require("script") {
+        return;
+    }
+    let s = lab("wwr_server.py", &["--mode", "single", "--nodelay"]);
+    let cmd = format!("{} bench -t1 -c1 -d2200ms http://127.0.0.1:{}/", env!("CARGO_BIN_EXE_tcpdoctor"), s.port);
+    // `script` gives the command a pseudo-terminal.
+    let out = Command::new("script").args(["-qec", &cmd, "/dev/null"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\r\x1b[K  1s / 2s  ") && text.contains("req/s"), "{text:?}");
+    assert!(text.contains("Requests/sec:"), "{text:?}");
+}
