@@ -109,7 +109,8 @@ fn fixed_rate_sends_that_many_requests() {
     let s = lab("wwr_server.py", &["--mode", "single", "--nodelay"]);
     let (r, _) = bench(s.port, &["-t1", "-c4", "-d2s", "-R", "200"]);
     let n = f(&r, "requests");
-    assert!((340.0..=410.0).contains(&n), "{n} requests at 200/s for 2 s");
+    // Never more than the rate; fewer only when a loaded machine slows the Python server.
+    assert!((300.0..=404.0).contains(&n), "{n} requests at 200/s for 2 s");
     assert!(f(&r, "latency.p50") < 5.0, "{r:#}");
 }
 
