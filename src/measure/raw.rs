@@ -808,23 +808,27 @@ pub(crate) struct Connecting {
 }
 
 impl Connecting {
-    /// Starts connecting to `dst`; with `ttl`, sets the TTL / hop limit and
-    /// asks for ICMP errors on the error queue (what `trace` needs).
+    /// Starts connecting to `dst`, asking for ICMP errors on the error queue
+    /// (they name the router that sent them); with `ttl`, sets the TTL / hop
+    /// limit (what `trace` needs).
     pub(crate) fn start(dst: SocketAddr, ttl: Option<u8>) -> io::Result<Self> {
         let v6 = dst.is_ipv6();
         let fd = socket(if v6 { libc::AF_INET6 } else { libc::AF_INET }, libc::SOCK_STREAM, 0)?;
         let raw = fd.as_raw_fd();
         let linger = libc::linger { l_onoff: 1, l_linger: 0 };
         setsockopt(raw, libc::SOL_SOCKET, libc::SO_LINGER, &linger)?;
+        let on: libc::c_int = 1;
+        if v6 {
+            setsockopt(raw, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, &on)?;
+        } else {
+            setsockopt(raw, libc::IPPROTO_IP, libc::IP_RECVERR, &on)?;
+        }
         if let Some(t) = ttl {
             let t = libc::c_int::from(t);
-            let on: libc::c_int = 1;
             if v6 {
                 setsockopt(raw, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, &t)?;
-                setsockopt(raw, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, &on)?;
             } else {
                 setsockopt(raw, libc::IPPROTO_IP, libc::IP_TTL, &t)?;
-                setsockopt(raw, libc::IPPROTO_IP, libc::IP_RECVERR, &on)?;
             }
         }
         let (ss, len) = to_sockaddr(dst);

@@ -160,7 +160,9 @@ pub fn render_summary(r: &ProbeReport) -> String {
     let s = &r.summary;
     let mut o = String::new();
     let _ = writeln!(o, "\n--- {} tcpdoctor probe statistic ---", r.target);
-    let _ = writeln!(o, "{} probes sent, {} replies, {:.0}% loss", s.sent, s.received, s.loss_pct);
+    let sent = super::text::plural(u64::from(s.sent), "probe");
+    let replies = if s.received == 1 { "1 reply".to_string() } else { format!("{} replies", s.received) };
+    let _ = writeln!(o, "{sent} sent, {replies}, {:.0}% loss", s.loss_pct);
     match (s.min_ms, s.avg_ms, s.max_ms) {
         (Some(a), Some(b), Some(c)) => {
             let _ = writeln!(o, "round-trip min/avg/max = {a:.3}/{b:.3}/{c:.3} ms");

@@ -113,13 +113,17 @@ pub fn render_summary(r: &TraceReport) -> String {
         _ => format!("method: connect() + {}", r.timestamps),
     };
     let outcome = match (r.reached, r.final_state) {
-        (true, Some(s)) => format!("{}:{} reached in {} hops, port {s}", r.address, r.port, r.hops.len()),
+        (true, Some(s)) => format!("{} port {} reached in {}: {s}", r.address, r.port, hops(r.hops.len())),
         _ if r.hops.last().is_some_and(|h| h.probes.iter().any(|p| p.reply == "unreachable")) => {
-            format!("{}:{} not reached: unreachable (ICMP) after {} hops", r.address, r.port, r.hops.len())
+            format!("{} port {} not reached: unreachable (ICMP) after {}", r.address, r.port, hops(r.hops.len()))
         }
-        _ => format!("{}:{} not reached within {} hops", r.address, r.port, r.max_hops),
+        _ => format!("{} port {} not reached within {}", r.address, r.port, hops(usize::from(r.max_hops))),
     };
     format!("{outcome}\n{method}\n")
+}
+
+fn hops(n: usize) -> String {
+    if n == 1 { "1 hop".into() } else { format!("{n} hops") }
 }
 
 /// The whole text, as printed when the trace is done.
