@@ -60,9 +60,13 @@ pub fn run(opts: &Options, mut on: impl FnMut(Event<'_>)) -> Result<ProbeReport,
         summary: ProbeSummary::default(),
         notes: Vec::new(),
     };
+    // The routing decision first: without a route there is nothing to measure, privileged or not.
+    let src = raw::source_for(dst).map_err(|e| {
+        Error::Net(format!("no route to {dst} ({e}); check `ip route get {dst}` (a blackhole or prohibit route?)"))
+    })?;
     let mut raw_setup = None;
     if !opts.unprivileged {
-        match RawSetup::open(dst) {
+        match RawSetup::open(dst, src) {
             Ok(s) => raw_setup = Some(s),
             Err(e) if is_permission(&e) => report.notes.push(format!(
                 "no CAP_NET_RAW (raw socket: {e}), so timing connect() instead; run as root for raw SYNs and kernel timestamps"
@@ -83,7 +87,7 @@ pub fn run(opts: &Options, mut on: impl FnMut(Event<'_>)) -> Result<ProbeReport,
             run_raw(s, dst, opts, &mut on)?
         }
         None => {
-            report.source = common_source(dst);
+            report.source = src.to_string();
             report.timestamps = "CLOCK_MONOTONIC around connect(), and tcpi_rtt".into();
             on(Event::Start(&report));
             run_connect(dst, opts, &mut on)?
@@ -99,10 +103,6 @@ fn is_permission(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
 }
 
-fn common_source(dst: IpAddr) -> String {
-    raw::source_for(dst).map_or_else(|_| "?".into(), |a| a.to_string())
-}
-
 /// The raw sockets and the reserved port.
 struct RawSetup {
     src: IpAddr,
@@ -112,8 +112,7 @@ struct RawSetup {
 }
 
 impl RawSetup {
-    fn open(dst: IpAddr) -> io::Result<Self> {
-        let src = raw::source_for(dst)?;
+    fn open(dst: IpAddr, src: IpAddr) -> io::Result<Self> {
         let syn = SynSocket::open(src)?;
         // ICMP errors are a bonus (filtered with a reason); without them silence still says filtered.
         let icmp = IcmpSocket::open(dst.is_ipv6()).ok();

@@ -70,9 +70,13 @@ pub fn run(opts: &Options, mut on: impl FnMut(Event<'_>)) -> Result<TraceReport,
         final_state: None,
         notes: Vec::new(),
     };
+    // The routing decision first: without a route there is nothing to measure, privileged or not.
+    let src = raw::source_for(dst).map_err(|e| {
+        Error::Net(format!("no route to {dst} ({e}); check `ip route get {dst}` (a blackhole or prohibit route?)"))
+    })?;
     let mut raw_setup = None;
     if !opts.unprivileged {
-        match RawSetup::open(dst) {
+        match RawSetup::open(dst, src) {
             Ok(s) => raw_setup = Some(s),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) => report.notes.push(format!(
                 "no CAP_NET_RAW (raw socket: {e}), so using TTL-limited connect() with IP_RECVERR; run as root for raw SYNs and kernel timestamps"
@@ -90,7 +94,7 @@ pub fn run(opts: &Options, mut on: impl FnMut(Event<'_>)) -> Result<TraceReport,
             "partly user-space clock (kernel timestamps unavailable)".into()
         };
     } else {
-        report.source = raw::source_for(dst).map_or_else(|_| "?".into(), |a| a.to_string());
+        report.source = src.to_string();
         report.timestamps = "CLOCK_MONOTONIC around connect()".into();
     }
     on(Event::Start(&report));
@@ -124,8 +128,7 @@ struct RawSetup {
 }
 
 impl RawSetup {
-    fn open(dst: IpAddr) -> io::Result<Self> {
-        let src = raw::source_for(dst)?;
+    fn open(dst: IpAddr, src: IpAddr) -> io::Result<Self> {
         let syn = SynSocket::open(src)?;
         let icmp = IcmpSocket::open(dst.is_ipv6())?;
         let hold = raw::hold_port(src)?;
