@@ -117,6 +117,7 @@ impl RawSetup {
         // ICMP errors are a bonus (filtered with a reason); without them silence still says filtered.
         let icmp = IcmpSocket::open(dst.is_ipv6()).ok();
         let hold = raw::hold_port(src)?;
+        raw::settle_timestamping();
         Ok(RawSetup { src, syn, icmp, hold })
     }
 }

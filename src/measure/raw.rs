@@ -551,6 +551,14 @@ fn enable_stamps(fd: RawFd, tx: bool) -> Stamping {
     Stamping { tx: false, rx: setsockopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPNS, &on).is_ok() }
 }
 
+/// Gives the kernel time to switch RX timestamping on. The first socket in
+/// the system that asks for it only schedules the switch on a work queue
+/// (`net_enable_timestamp`), so a reply arriving right after could come
+/// without a stamp; 5 ms is ample and paid once per run.
+pub(crate) fn settle_timestamping() {
+    std::thread::sleep(Duration::from_millis(5));
+}
+
 // ---------------------------------------------------------------- addresses and ports
 
 /// The source address the kernel would use towards `dst`: a connected UDP

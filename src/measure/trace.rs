@@ -132,6 +132,7 @@ impl RawSetup {
         let syn = SynSocket::open(src)?;
         let icmp = IcmpSocket::open(dst.is_ipv6())?;
         let hold = raw::hold_port(src)?;
+        raw::settle_timestamping();
         Ok(RawSetup { src, syn, icmp, hold })
     }
 }
