@@ -9,6 +9,7 @@
 use super::common::{self, Error, Family, net_error};
 use super::raw::{self, ConnectEnd, Connecting, IcmpSocket, PortHold, SynSocket, flag_letters};
 use crate::report::{ProbeReport, ProbeResult, ProbeSummary, SCHEMA_VERSION};
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -146,6 +147,11 @@ fn run_raw(
 ) -> Result<Vec<ProbeResult>, Error> {
     let sport = s.hold.port;
     let mut pending: Vec<Pending> = Vec::with_capacity(opts.count as usize);
+    // Probes awaiting an answer, by the ack number that answers them (ISN + 1): a lookup per
+    // segment read, so thousands of probes in flight (`-i 0`) cost no more than one.
+    let mut by_ack: HashMap<u32, usize> = HashMap::new();
+    // Deadlines grow in send order: everything before `oldest` is done.
+    let mut oldest = 0usize;
     let mut results: Vec<ProbeResult> = Vec::with_capacity(opts.count as usize);
     let start = Instant::now();
     let blank = |seq: u32| ProbeResult {
@@ -168,11 +174,12 @@ fn run_raw(
         if sent < opts.count && now >= start + opts.interval * sent {
             // A random ISN per probe: a late answer can only match its own probe.
             let mut isn = raw::random_u32();
-            while pending.iter().any(|p| p.isn == isn) {
+            while by_ack.contains_key(&isn.wrapping_add(1)) {
                 isn = raw::random_u32();
             }
             let out =
                 s.syn.send(dst, sport, opts.port, isn, None).map_err(|e| net_error(&format!("sendto {dst}"), &e))?;
+            by_ack.insert(isn.wrapping_add(1), pending.len());
             pending.push(Pending {
                 seq: sent,
                 isn,
@@ -182,10 +189,11 @@ fn run_raw(
                 deadline: Instant::now() + opts.timeout,
                 done: false,
             });
-            continue;
+            // No `continue`: read what has arrived between sends, or a fast run (`-i 0`)
+            // overflows the raw socket's buffer with its own SYNs and their answers.
         }
         let next_send = (pending.len() as u32) < opts.count;
-        let mut wake = pending.iter().filter(|p| !p.done).map(|p| p.deadline).min();
+        let mut wake = pending[oldest..].iter().find(|p| !p.done).map(|p| p.deadline);
         if next_send {
             let t = start + opts.interval * pending.len() as u32;
             wake = Some(wake.map_or(t, |w| w.min(t)));
@@ -198,7 +206,10 @@ fn run_raw(
         raw::poll(&mut fds, wait).map_err(|e| net_error("poll", &e))?;
         // TX stamps first, so an answer read below finds its probe's stamp.
         s.syn.drain_tx(|key, ns| {
-            if let Some(p) = pending.iter_mut().find(|p| p.key == key) {
+            // One send per probe, so the kernel's key is the probe's index.
+            if let Some(p) = pending.get_mut(key as usize)
+                && p.key == key
+            {
                 p.tx_ns = Some(ns);
             }
         });
@@ -210,9 +221,8 @@ fn run_raw(
                 if r.from != dst || r.tcp.sport != opts.port || r.tcp.dport != sport || r.tcp.flags & raw::ACK == 0 {
                     return;
                 }
-                let Some(p) = pending.iter_mut().find(|p| !p.done && r.tcp.ack == p.isn.wrapping_add(1)) else {
-                    return;
-                };
+                let Some(&i) = by_ack.get(&r.tcp.ack) else { return };
+                let p = &mut pending[i];
                 let state = if r.tcp.flags & raw::RST != 0 {
                     "closed"
                 } else if r.tcp.flags & raw::SYN != 0 {
@@ -227,6 +237,7 @@ fn run_raw(
                     return;
                 }
                 p.done = true;
+                by_ack.remove(&r.tcp.ack);
                 let res = ProbeResult {
                     state,
                     rtt_ms: Some(rtt),
@@ -247,7 +258,8 @@ fn run_raw(
                 if e.quoted_dst != dst || e.sport != sport || e.dport != opts.port {
                     return;
                 }
-                let Some(p) = pending.iter_mut().find(|p| !p.done && p.isn == e.seq) else { return };
+                let Some(i) = by_ack.remove(&e.seq.wrapping_add(1)) else { return };
+                let p = &mut pending[i];
                 p.done = true;
                 let res = ProbeResult { from: Some(e.from.to_string()), icmp: Some(e.kind.describe()), ..blank(p.seq) };
                 on(Event::Probe(&res));
@@ -257,13 +269,20 @@ fn run_raw(
         }
         // Time out what is due, after reading what had arrived.
         let now = Instant::now();
-        for p in pending.iter_mut().filter(|p| !p.done && now >= p.deadline) {
-            p.done = true;
-            let r = blank(p.seq);
-            on(Event::Probe(&r));
-            results.push(r);
+        while let Some(p) = pending.get_mut(oldest) {
+            if !p.done {
+                if now < p.deadline {
+                    break;
+                }
+                p.done = true;
+                by_ack.remove(&p.isn.wrapping_add(1));
+                let r = blank(p.seq);
+                on(Event::Probe(&r));
+                results.push(r);
+            }
+            oldest += 1;
         }
-        if pending.len() as u32 == opts.count && pending.iter().all(|p| p.done) {
+        if pending.len() as u32 == opts.count && oldest == pending.len() {
             break;
         }
     }
