@@ -13,6 +13,7 @@ have nft || [ -x /usr/sbin/nft ] || need+=(nftables)
 have ip || [ -x /usr/sbin/ip ] || need+=(iproute2)
 have javac || need+=(default-jdk-headless)
 have ab || need+=(apache2-utils)
+have python3 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${need[*]}" >&2
   sudo=""

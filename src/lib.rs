@@ -5,6 +5,7 @@
 //! Data flows one way: [`capture`] (pcap/pcapng) → [`wire`] (header views) →
 //! [`tcp`] (connection events) → [`detect`] (one module per cause) →
 //! [`report`] (JSON schema and text). [`analyze`] runs the pipeline.
+//! [`measure`] holds the active instruments (`probe`, `trace`).
 
 pub mod analyze;
 pub mod capture;

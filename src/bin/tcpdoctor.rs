@@ -4,9 +4,14 @@ use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 use tcpdoctor::analyze::{self, Options};
 use tcpdoctor::capture::Capture;
 use tcpdoctor::filter::Filter;
+use tcpdoctor::measure::common::{
+    Error as MeasureError, Family, parse_duration, parse_positive_duration, parse_run_length,
+};
+use tcpdoctor::measure::{probe, trace};
 use tcpdoctor::report::{self, Report};
 
 /// Exit codes (also in the README).
@@ -19,6 +24,10 @@ mod exit {
     pub const INPUT: u8 = 3;
     /// Results printed, but part of the input was damaged or skipped (see warnings).
     pub const PARTIAL: u8 = 4;
+    /// probe: no probe got a TCP answer; trace: the destination did not answer.
+    pub const NO_REPLY: u8 = 1;
+    /// probe/trace could not measure: a socket call failed (no route, no permission…).
+    pub const NET: u8 = 5;
 }
 
 #[derive(Parser)]
@@ -44,6 +53,22 @@ enum Cmd {
 Latency is measured from writing the request to the response's last byte (with -R, from when the request \
 was due). Ctrl-C stops the run and prints what was measured.")]
     Bench(BenchArgs),
+    /// TCP round trips to a port, like `hping3 -S`: raw SYNs with kernel timestamps, or timed connect().
+    #[command(after_help = "Needs CAP_NET_RAW (root) for raw SYNs; without it, or with --unprivileged, each probe \
+is a timed non-blocking connect() and tcpi_rtt is shown too (a note on stderr says so).
+
+Exit codes: 0 at least one probe answered (open or closed); 1 no TCP answer at all (filtered); 2 bad command \
+line; 3 HOST cannot be resolved (or has no address of the -4/-6 family); 5 cannot measure (a socket call failed: \
+no route, no permission).")]
+    Probe(ProbeArgs),
+    /// The routers on the way to a TCP port, like `traceroute --tcp -n`.
+    #[command(after_help = "Needs CAP_NET_RAW (root) for raw SYNs and a raw ICMP socket; without it, or with \
+--unprivileged, each probe is a TTL-limited connect() whose ICMP error is read from the socket's error queue \
+(IP_RECVERR). Addresses are always numeric (-n is accepted for compatibility).
+
+Exit codes: 0 destination reached (open or closed); 1 not reached (max hops, or ICMP unreachable); 2 bad command \
+line; 3 HOST cannot be resolved; 5 cannot measure (a socket call failed).")]
+    Trace(TraceArgs),
     /// Analyse the real captures bundled in tcpdoctor (nginx with tcp_nodelay off, then on).
     Demo {
         /// Print JSON instead of text.
@@ -82,11 +107,11 @@ struct BenchArgs {
     #[arg(short = 't', long, default_value_t = 2)]
     threads: usize,
     /// Duration of the test, e.g. 10s, 2m.
-    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_duration)]
-    duration: std::time::Duration,
+    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_run_length)]
+    duration: Duration,
     /// Per-request timeout: a request without a complete response by then is counted and its connection replaced.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
-    timeout: std::time::Duration,
+    #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
+    timeout: Duration,
     /// Print the latency percentiles (as wrk --latency).
     #[arg(long)]
     latency: bool,
@@ -122,8 +147,30 @@ struct BenchArgs {
     json: bool,
 }
 
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    tcpdoctor::measure::bench::parse_duration(s)
+#[derive(clap::Args)]
+struct ProbeArgs {
+    /// Host name or address.
+    host: String,
+    /// TCP port.
+    #[arg(short = 'p', long, value_parser = clap::value_parser!(u16).range(1..))]
+    port: u16,
+    /// Probes to send.
+    #[arg(short = 'c', long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    count: u32,
+    /// Time between probes: seconds (`0.2`) or with a unit (`200ms`, `1s`).
+    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    interval: Duration,
+    /// How long a probe waits for its answer before it counts as filtered.
+    #[arg(long, default_value = "1s", value_parser = parse_positive_duration, value_name = "DURATION")]
+    timeout: Duration,
+    #[command(flatten)]
+    family: FamilyArgs,
+    /// Time connect() even when raw sockets are allowed.
+    #[arg(long)]
+    unprivileged: bool,
+    /// Print the results as JSON (schema in the README).
+    #[arg(long)]
+    json: bool,
 }
 
 fn run_bench(a: BenchArgs) -> ExitCode {
@@ -176,6 +223,55 @@ fn run_bench(a: BenchArgs) -> ExitCode {
             ExitCode::from(exit::OK)
         }
         Err(e) => fail(exit::INPUT, e),
+    }
+}
+
+#[derive(clap::Args)]
+struct TraceArgs {
+    /// Host name or address.
+    host: String,
+    /// TCP port.
+    #[arg(short = 'p', long, default_value_t = 80, value_parser = clap::value_parser!(u16).range(1..))]
+    port: u16,
+    /// Numeric addresses (always the case; accepted for traceroute compatibility).
+    #[arg(short = 'n')]
+    numeric: bool,
+    /// Largest TTL to try.
+    #[arg(short = 'm', long, default_value_t = 30, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
+    max_hops: u8,
+    /// Probes per hop.
+    #[arg(short = 'q', long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
+    queries: u32,
+    /// How long a hop waits for its answers: seconds (`0.5`) or with a unit (`500ms`).
+    #[arg(short = 'w', long, default_value = "1s", value_parser = parse_positive_duration, value_name = "DURATION")]
+    wait: Duration,
+    #[command(flatten)]
+    family: FamilyArgs,
+    /// Use TTL-limited connect() even when raw sockets are allowed.
+    #[arg(long)]
+    unprivileged: bool,
+    /// Print the results as JSON (schema in the README).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct FamilyArgs {
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    ipv6: bool,
+}
+
+impl FamilyArgs {
+    fn get(&self) -> Option<Family> {
+        match (self.ipv4, self.ipv6) {
+            (true, _) => Some(Family::V4),
+            (_, true) => Some(Family::V6),
+            _ => None,
+        }
     }
 }
 
@@ -250,11 +346,96 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
     ExitCode::from(exit::OK)
 }
 
+fn measure_failed(e: MeasureError) -> ExitCode {
+    match e {
+        MeasureError::Resolve(_) => fail(exit::INPUT, e),
+        MeasureError::Net(_) => fail(exit::NET, e),
+    }
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    print(&format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default()));
+}
+
+fn run_probe(a: ProbeArgs) -> ExitCode {
+    let opts = probe::Options {
+        host: a.host,
+        port: a.port,
+        count: a.count,
+        interval: a.interval,
+        timeout: a.timeout,
+        family: a.family.get(),
+        unprivileged: a.unprivileged,
+    };
+    let json = a.json;
+    let result = probe::run(&opts, |ev| match ev {
+        probe::Event::Start(r) => {
+            for n in &r.notes {
+                eprintln!("tcpdoctor: note: {n}");
+            }
+            if !json {
+                print(&report::probe::render_header(r));
+            }
+        }
+        probe::Event::Probe(p) if !json => print(&report::probe::render_probe(p, opts.port)),
+        probe::Event::Probe(_) => {}
+    });
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => return measure_failed(e),
+    };
+    if json {
+        print_json(&r);
+    } else {
+        print(&report::probe::render_summary(&r));
+    }
+    ExitCode::from(if r.summary.received > 0 { exit::OK } else { exit::NO_REPLY })
+}
+
+fn run_trace(a: TraceArgs) -> ExitCode {
+    // -n changes nothing: output is always numeric.
+    let _ = a.numeric;
+    let opts = trace::Options {
+        host: a.host,
+        port: a.port,
+        max_hops: a.max_hops,
+        queries: a.queries,
+        wait: a.wait,
+        family: a.family.get(),
+        unprivileged: a.unprivileged,
+    };
+    let json = a.json;
+    let result = trace::run(&opts, |ev| match ev {
+        trace::Event::Start(r) => {
+            for n in &r.notes {
+                eprintln!("tcpdoctor: note: {n}");
+            }
+            if !json {
+                print(&report::trace::render_header(r));
+            }
+        }
+        trace::Event::Hop(h) if !json => print(&report::trace::render_hop(h)),
+        trace::Event::Hop(_) => {}
+    });
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => return measure_failed(e),
+    };
+    if json {
+        print_json(&r);
+    } else {
+        print(&report::trace::render_summary(&r));
+    }
+    ExitCode::from(if r.reached { exit::OK } else { exit::NO_REPLY })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Analyze(a) => run_analyze(a),
         Cmd::Bench(a) => run_bench(a),
+        Cmd::Probe(a) => run_probe(a),
+        Cmd::Trace(a) => run_trace(a),
         Cmd::Demo { json } => match tcpdoctor::demo::run() {
             Ok(reports) => {
                 if json {

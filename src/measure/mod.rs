@@ -1,4 +1,18 @@
-//! The measuring instruments of the method: `bench` (HTTP load under
-//! concurrency, with the client-side signature of a Nagle stall).
+//! The measuring instruments of the method: instruments that send traffic and
+//! time the answers.
+//!
+//! - [`bench`]: HTTP/1.1 load under concurrency (`wrk`), with the client-side
+//!   signature of a Nagle stall.
+//! - [`probe`]: TCP round trips to one port (`hping3 -S`), raw SYNs with
+//!   kernel timestamps, or timed `connect()` without CAP_NET_RAW.
+//! - [`trace`]: the routers on the way to a TCP port (`traceroute --tcp`).
+//!
+//! `raw` holds what probe and trace share: the SYN, checksums, parsers for
+//! replies and ICMP errors, and the socket plumbing; `common` the
+//! command-line side (durations, resolving, errors).
 
 pub mod bench;
+pub mod common;
+pub mod probe;
+mod raw;
+pub mod trace;

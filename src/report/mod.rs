@@ -1,12 +1,17 @@
 //! The report: serde types of the JSON output (one schema for every verb
-//! that analyses packets) and its text rendering.
+//! that analyses packets) and its text rendering; `probe` and `trace` have
+//! their own types, with the same `schema` version.
 
 pub mod bench;
 mod ladder;
+pub mod probe;
 pub(crate) mod text;
+pub mod trace;
 
 pub use ladder::{Ladder, Mark, Row, RowKind};
+pub use probe::{ProbeReport, ProbeResult, ProbeSummary};
 pub use text::render;
+pub use trace::{TraceHop, TraceProbe, TraceReport};
 
 use serde::Serialize;
 

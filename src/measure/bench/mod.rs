@@ -459,29 +459,6 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
     })
 }
 
-/// Parses a duration as wrk and ping take it: `10s`, `500ms`, `2m`, `1h`, or plain seconds (`0.2`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let v: f64 = num.parse().map_err(|_| format!("{s:?}: expected a duration such as 10s, 500ms, 2m"))?;
-    let scale = match unit {
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use us, ms, s, m or h)")),
-    };
-    let secs = v * scale;
-    if !secs.is_finite() || secs > 1e9 {
-        return Err(format!("{s:?}: too long"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,16 +474,6 @@ mod tests {
         assert!(split_url("https://x/").unwrap_err().0.contains("https is not supported"));
         assert!(split_url("http://x:99999/").is_err());
         assert!(split_url("http:///").is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
     }
 
     #[test]
