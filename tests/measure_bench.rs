@@ -298,3 +298,23 @@ fn progress_line_on_a_terminal() {
     assert!(text.contains("\r\x1b[K  1s / 2s  ") && text.contains("req/s"), "{text:?}");
     assert!(text.contains("Requests/sec:"), "{text:?}");
 }
+
+#[test]
+fn refused_connects_are_counted_with_their_reason() {
+    let port = free_port(); // nothing listens there
+    let (r, took) = bench(port, &["-t1", "-c2", "-d1s"]);
+    assert_eq!(f(&r, "requests"), 0.0);
+    assert!(f(&r, "errors.connect") > 10.0, "{r:#}");
+    assert!(notes(&r).contains("Connection refused"), "{}", notes(&r));
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+#[test]
+fn too_few_file_descriptors_is_one_line_with_what_to_do() {
+    let cmd =
+        format!("ulimit -n 64 && exec {} bench -t1 -c500 -d1s http://127.0.0.1:9/", env!("CARGO_BIN_EXE_tcpdoctor"));
+    let out = Command::new("sh").args(["-c", &cmd]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ulimit -n 564") && err.lines().count() == 1, "{err}");
+}

@@ -214,6 +214,8 @@ pub(crate) struct Stats {
     /// Responses by status code (index = code; 0 for codes out of range).
     statuses: Vec<u64>,
     rate_samples: Vec<f64>,
+    /// The first connect, read and write error, in words (errors are counted, not logged).
+    first_errors: [Option<String>; 3],
 }
 
 impl Stats {
@@ -228,7 +230,23 @@ impl Stats {
             errors: Errors::default(),
             statuses: vec![0; 1000],
             rate_samples: Vec::with_capacity(1024),
+            first_errors: [None, None, None],
         }
+    }
+
+    fn connect_error(&mut self, why: &str) {
+        self.errors.connect += 1;
+        self.first_errors[0].get_or_insert_with(|| why.to_string());
+    }
+
+    fn read_error(&mut self, why: &str) {
+        self.errors.read += 1;
+        self.first_errors[1].get_or_insert_with(|| why.to_string());
+    }
+
+    fn write_error(&mut self, why: &str) {
+        self.errors.write += 1;
+        self.first_errors[2].get_or_insert_with(|| why.to_string());
     }
 
     #[inline]
@@ -258,6 +276,11 @@ impl Stats {
             *a += b;
         }
         self.rate_samples.extend(o.rate_samples);
+        for (a, b) in self.first_errors.iter_mut().zip(o.first_errors) {
+            if a.is_none() {
+                *a = b;
+            }
+        }
     }
 }
 
@@ -368,6 +391,13 @@ retried after its {what} timer). Look for a full accept queue or packet loss on 
             ));
         }
     }
+    for ((kind, n), why) in
+        [("connect", s.errors.connect), ("read", s.errors.read), ("write", s.errors.write)].iter().zip(&s.first_errors)
+    {
+        if let (true, Some(why)) = (*n > 0, why) {
+            out.push(format!("{n} {kind} errors; the first: {why}."));
+        }
+    }
     if s.requests == 0 && s.errors.timeout > 0 {
         out.push(format!(
             "The server accepted connections but never answered within {}: {} timeouts.",
@@ -378,10 +408,35 @@ retried after its {what} timer). Look for a full accept queue or packet loss on 
     out
 }
 
+/// Makes room for `connections` sockets: raises the soft open-files limit up
+/// to the hard one when needed, or says what to do.
+fn ensure_fd_limit(connections: usize) -> Result<(), BenchError> {
+    // Sockets plus stdio, epoll instances and the odd file.
+    let need = connections as u64 + 64;
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: lim is a live rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= need {
+        return Ok(());
+    }
+    if lim.rlim_max >= need {
+        let raised = libc::rlimit { rlim_cur: need, rlim_max: lim.rlim_max };
+        // SAFETY: raised is a live rlimit within the hard limit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(());
+        }
+    }
+    Err(BenchError(format!(
+        "-c {connections} needs about {need} open files but this process may open {} (hard limit {}); \
+raise it (`ulimit -n {need}`) or use fewer connections",
+        lim.rlim_cur, lim.rlim_max
+    )))
+}
+
 /// Runs a benchmark. `progress` is called about once a second with
 /// (elapsed, requests so far, errors unknown = 0) for a progress line.
 pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<BenchReport, BenchError> {
     let cfg = Config::new(o)?;
+    ensure_fd_limit(cfg.connections)?;
     STOP.store(false, Ordering::Relaxed);
     catch_ctrl_c();
     let start = Instant::now();

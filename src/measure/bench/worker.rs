@@ -155,7 +155,7 @@ impl<'a> Worker<'a> {
             let c = &self.conns[i];
             let step = match c.state {
                 State::Connecting if now - c.phase_start >= timeout => {
-                    self.stats.errors.connect += 1;
+                    self.stats.connect_error("no answer to the SYN within --timeout");
                     Step::Reconnect(Duration::ZERO)
                 }
                 State::Writing(..) | State::Reading if now - c.phase_start >= timeout => {
@@ -196,13 +196,13 @@ impl<'a> Worker<'a> {
                 c.phase_start = now;
                 c.state = State::Connecting;
                 if self.epoll.add(fd, i as u64).is_err() {
-                    self.stats.errors.connect += 1;
+                    self.stats.connect_error("epoll_ctl failed");
                     return Step::Reconnect(RECONNECT_BACKOFF);
                 }
                 if done { self.connected(i, now) } else { Step::Continue }
             }
-            Err(_) => {
-                self.stats.errors.connect += 1;
+            Err(e) => {
+                self.stats.connect_error(&e.to_string());
                 Step::Reconnect(RECONNECT_BACKOFF)
             }
         }
@@ -245,8 +245,8 @@ impl<'a> Worker<'a> {
                 Ok(n) => c.state = State::Writing(p, off + n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.stats.errors.write += 1;
+                Err(e) => {
+                    self.stats.write_error(&e.to_string());
                     return Step::Reconnect(Duration::ZERO);
                 }
             }
@@ -264,8 +264,8 @@ impl<'a> Worker<'a> {
                 }
                 match sock::connect_result(c.fd) {
                     Ok(()) => self.connected(i, now),
-                    Err(_) => {
-                        self.stats.errors.connect += 1;
+                    Err(e) => {
+                        self.stats.connect_error(&e.to_string());
                         Step::Reconnect(RECONNECT_BACKOFF)
                     }
                 }
@@ -295,8 +295,8 @@ impl<'a> Worker<'a> {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    self.stats.errors.read += 1;
+                Err(e) => {
+                    self.stats.read_error(&e.to_string());
                     return Step::Reconnect(Duration::ZERO);
                 }
             };
@@ -349,7 +349,7 @@ impl<'a> Worker<'a> {
                 };
             }
             // Closed before or in the middle of the response.
-            self.stats.errors.read += 1;
+            self.stats.read_error("the server closed the connection before the response ended");
         }
         // An idle keep-alive connection closed by the server is normal.
         Step::Reconnect(Duration::ZERO)
