@@ -234,17 +234,20 @@ impl Stats {
         }
     }
 
-    fn connect_error(&mut self, why: &str) {
+    /// Counts an error; keeps the first one's words (built only then: errors can come by thousands).
+    fn connect_error(&mut self, why: &dyn std::fmt::Display) {
         self.errors.connect += 1;
         self.first_errors[0].get_or_insert_with(|| why.to_string());
     }
 
-    fn read_error(&mut self, why: &str) {
+    /// Counts an error; keeps the first one's words (built only then: errors can come by thousands).
+    fn read_error(&mut self, why: &dyn std::fmt::Display) {
         self.errors.read += 1;
         self.first_errors[1].get_or_insert_with(|| why.to_string());
     }
 
-    fn write_error(&mut self, why: &str) {
+    /// Counts an error; keeps the first one's words (built only then: errors can come by thousands).
+    fn write_error(&mut self, why: &dyn std::fmt::Display) {
         self.errors.write += 1;
         self.first_errors[2].get_or_insert_with(|| why.to_string());
     }

@@ -155,7 +155,7 @@ impl<'a> Worker<'a> {
             let c = &self.conns[i];
             let step = match c.state {
                 State::Connecting if now - c.phase_start >= timeout => {
-                    self.stats.connect_error("no answer to the SYN within --timeout");
+                    self.stats.connect_error(&"no answer to the SYN within --timeout");
                     Step::Reconnect(Duration::ZERO)
                 }
                 State::Writing(..) | State::Reading if now - c.phase_start >= timeout => {
@@ -196,13 +196,13 @@ impl<'a> Worker<'a> {
                 c.phase_start = now;
                 c.state = State::Connecting;
                 if self.epoll.add(fd, i as u64).is_err() {
-                    self.stats.connect_error("epoll_ctl failed");
+                    self.stats.connect_error(&"epoll_ctl failed");
                     return Step::Reconnect(RECONNECT_BACKOFF);
                 }
                 if done { self.connected(i, now) } else { Step::Continue }
             }
             Err(e) => {
-                self.stats.connect_error(&e.to_string());
+                self.stats.connect_error(&e);
                 Step::Reconnect(RECONNECT_BACKOFF)
             }
         }
@@ -246,7 +246,7 @@ impl<'a> Worker<'a> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.stats.write_error(&e.to_string());
+                    self.stats.write_error(&e);
                     return Step::Reconnect(Duration::ZERO);
                 }
             }
@@ -265,7 +265,7 @@ impl<'a> Worker<'a> {
                 match sock::connect_result(c.fd) {
                     Ok(()) => self.connected(i, now),
                     Err(e) => {
-                        self.stats.connect_error(&e.to_string());
+                        self.stats.connect_error(&e);
                         Step::Reconnect(RECONNECT_BACKOFF)
                     }
                 }
@@ -296,7 +296,7 @@ impl<'a> Worker<'a> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    self.stats.read_error(&e.to_string());
+                    self.stats.read_error(&e);
                     return Step::Reconnect(Duration::ZERO);
                 }
             };
@@ -349,7 +349,7 @@ impl<'a> Worker<'a> {
                 };
             }
             // Closed before or in the middle of the response.
-            self.stats.read_error("the server closed the connection before the response ended");
+            self.stats.read_error(&"the server closed the connection before the response ended");
         }
         // An idle keep-alive connection closed by the server is normal.
         Step::Reconnect(Duration::ZERO)
