@@ -216,7 +216,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
                 eprint!("\r\x1b[K");
             }
             if a.json {
-                print(&format!("{}\n", serde_json::to_string_pretty(&r).unwrap_or_default()));
+                print_json(&r);
             } else {
                 print(&report::bench::render(&r, a.latency));
             }
@@ -283,9 +283,7 @@ fn print(s: &str) {
 
 fn output(r: &Report, json: bool) {
     if json {
-        let mut s = serde_json::to_string_pretty(r).unwrap_or_default();
-        s.push('\n');
-        print(&s);
+        print_json(r);
     } else {
         print(&report::render(r));
     }
@@ -357,6 +355,35 @@ fn print_json<T: serde::Serialize>(v: &T) {
     print(&format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default()));
 }
 
+/// The start of a probe or trace: notes to stderr, the header line unless JSON.
+fn start_measure(notes: &[String], json: bool, header: impl FnOnce() -> String) {
+    for n in notes {
+        eprintln!("tcpdoctor: note: {n}");
+    }
+    if !json {
+        print(&header());
+    }
+}
+
+/// The end of a probe or trace: the summary (or the JSON record) and the exit code.
+fn finish_measure<T: serde::Serialize>(
+    result: Result<T, MeasureError>,
+    json: bool,
+    summary: impl Fn(&T) -> String,
+    answered: impl Fn(&T) -> bool,
+) -> ExitCode {
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => return measure_failed(e),
+    };
+    if json {
+        print_json(&r);
+    } else {
+        print(&summary(&r));
+    }
+    ExitCode::from(if answered(&r) { exit::OK } else { exit::NO_REPLY })
+}
+
 fn run_probe(a: ProbeArgs) -> ExitCode {
     let opts = probe::Options {
         host: a.host,
@@ -370,26 +397,12 @@ fn run_probe(a: ProbeArgs) -> ExitCode {
     let json = a.json;
     let result = probe::run(&opts, |ev| match ev {
         probe::Event::Start(r) => {
-            for n in &r.notes {
-                eprintln!("tcpdoctor: note: {n}");
-            }
-            if !json {
-                print(&report::probe::render_header(r));
-            }
+            start_measure(&r.notes, json, || report::probe::render_header(r));
         }
         probe::Event::Probe(p) if !json => print(&report::probe::render_probe(p, opts.port)),
         probe::Event::Probe(_) => {}
     });
-    let r = match result {
-        Ok(r) => r,
-        Err(e) => return measure_failed(e),
-    };
-    if json {
-        print_json(&r);
-    } else {
-        print(&report::probe::render_summary(&r));
-    }
-    ExitCode::from(if r.summary.received > 0 { exit::OK } else { exit::NO_REPLY })
+    finish_measure(result, json, report::probe::render_summary, |r| r.summary.received > 0)
 }
 
 fn run_trace(a: TraceArgs) -> ExitCode {
@@ -407,26 +420,12 @@ fn run_trace(a: TraceArgs) -> ExitCode {
     let json = a.json;
     let result = trace::run(&opts, |ev| match ev {
         trace::Event::Start(r) => {
-            for n in &r.notes {
-                eprintln!("tcpdoctor: note: {n}");
-            }
-            if !json {
-                print(&report::trace::render_header(r));
-            }
+            start_measure(&r.notes, json, || report::trace::render_header(r));
         }
         trace::Event::Hop(h) if !json => print(&report::trace::render_hop(h)),
         trace::Event::Hop(_) => {}
     });
-    let r = match result {
-        Ok(r) => r,
-        Err(e) => return measure_failed(e),
-    };
-    if json {
-        print_json(&r);
-    } else {
-        print(&report::trace::render_summary(&r));
-    }
-    ExitCode::from(if r.reached { exit::OK } else { exit::NO_REPLY })
+    finish_measure(result, json, report::trace::render_summary, |r| r.reached)
 }
 
 fn main() -> ExitCode {
@@ -440,7 +439,7 @@ fn main() -> ExitCode {
             Ok(reports) => {
                 if json {
                     let v: Vec<_> = reports.iter().map(|(_, r)| r).collect();
-                    print(&format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()));
+                    print_json(&v);
                 } else {
                     for (title, r) in &reports {
                         print(&format!("== {title}\n\n"));
