@@ -1,4 +1,6 @@
-//! `tcpdoctor demo`: the main job on real captures bundled in the binary.
+//! `tcpdoctor demo`: the main job. Live: lab servers started in-process,
+//! diagnosed, then the Nagle one fixed and diagnosed again. Offline: the real
+//! captures bundled in the binary, analysed.
 
 use crate::analyze::{InputError, Options, analyze};
 use crate::capture::Capture;
@@ -42,4 +44,60 @@ pub fn run() -> Result<Vec<(&'static str, Report)>, InputError> {
         .iter()
         .map(|(title, name, bytes)| Ok((*title, analyze(&[Capture::from_static(name, bytes)], &opts)?)))
         .collect()
+}
+
+/// One lab server diagnosed by the live demo.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Case {
+    /// `(a)`, `(b)`, `(c)`.
+    pub label: &'static str,
+    /// What the server does.
+    pub server: String,
+    /// What tcpdoctor found.
+    pub diagnosis: crate::report::diagnose::DiagnoseReport,
+}
+
+/// The live demo's whole record.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LiveDemo {
+    /// Schema version.
+    pub schema: u32,
+    /// The three lab servers, diagnosed.
+    pub cases: Vec<Case>,
+    /// Server (a) before and after switching it to TCP_NODELAY.
+    pub fix: crate::report::diagnose::Comparison,
+}
+
+/// Starts the lab servers in this process, diagnoses each, then switches the
+/// Nagle server to TCP_NODELAY and diagnoses it again: the fix, verified.
+pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<LiveDemo, String> {
+    use crate::diagnose;
+    use crate::lab::{Mode, Server};
+    use crate::report::diagnose::render_verdict;
+    let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let start = |m| Server::start(m, bind).map_err(|e| format!("cannot start a lab server on 127.0.0.1: {e}"));
+    let servers = [
+        ("(a)", start(Mode::Nagle)?),
+        ("(b)", start(Mode::NoDelay)?),
+        ("(c)", start(Mode::Think(std::time::Duration::from_millis(45)))?),
+    ];
+    let mut cases = Vec::new();
+    for (label, s) in &servers {
+        say(&format!("== {label} {}: {}\n", s.url(), s.mode().describe()));
+        let d = diagnose::run(&diagnose::Options { url: s.url(), ..o.clone() }, say).map_err(|e| e.to_string())?;
+        say(&render_verdict(&d));
+        say("\n");
+        cases.push(Case { label, server: s.mode().describe(), diagnosis: d });
+        if crate::interrupt::requested() {
+            return Err("interrupted".into());
+        }
+    }
+    let a = &servers[0].1;
+    a.set_nodelay(true);
+    say(&format!("== (a) again, after switching it to TCP_NODELAY (the fix): {}\n", a.url()));
+    let after = diagnose::run(&diagnose::Options { url: a.url(), ..o.clone() }, say).map_err(|e| e.to_string())?;
+    say(&render_verdict(&after));
+    let fix = diagnose::compare(cases[0].diagnosis.clone(), after);
+    say(&crate::report::diagnose::render_comparison(&fix));
+    Ok(LiveDemo { schema: crate::report::SCHEMA_VERSION, cases, fix })
 }

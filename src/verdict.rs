@@ -87,30 +87,16 @@ fn ack_timer(p50_ms: f64) -> String {
 }
 
 fn nagle_fixes(ep: Endpoint, side: Side, peer: &str, software: Option<&str>) -> Vec<String> {
-    let sw = software.unwrap_or("").to_ascii_lowercase();
-    let mut fix = Vec::new();
+    use crate::diagnose::fix::{self, Software};
     if side == Side::Server {
-        fix.push(format!("Enable TCP_NODELAY on the server's sockets ({ep}), or write each response in one call (writev/sendmsg, or one buffered flush)."));
-        if sw.starts_with("nginx") {
-            fix.push("nginx: `tcp_nodelay on;` (the default) in the http, server or location block; look for `tcp_nodelay off`.".into());
-        } else if sw.contains("python") || sw.starts_with("basehttp") {
-            fix.push(
-                "Python http.server / socketserver: set `disable_nagle_algorithm = True` on the request handler class."
-                    .into(),
-            );
-        } else {
-            fix.push("JDK com.sun.net.httpserver: run with -Dsun.net.httpserver.nodelay=true; Java sockets: setTcpNoDelay(true); Python socketserver: disable_nagle_algorithm = True; Rust/tokio: set_nodelay(true); nginx: tcp_nodelay on.".into());
-        }
-    } else {
-        fix.push(format!(
-            "Enable TCP_NODELAY on the client ({ep}), or send each request in one write (headers and body together)."
-        ));
-        fix.push("Java: socket.setTcpNoDelay(true); Python: sock.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1); Rust/tokio/hyper: set_nodelay(true).".into());
+        let sw = software.map_or(Software::Other, Software::from_header);
+        return fix::for_server_nagle(sw, &ep.to_string(), peer);
     }
-    fix.push(format!(
-        "Only hides it: on {peer} (the delayed-ACK side), TCP_QUICKACK after every read, or `ip route change ROUTE quickack 1`."
-    ));
-    fix
+    vec![
+        format!("Enable TCP_NODELAY on the client ({ep}), or send each request in one write (headers and body together)."),
+        "Java: socket.setTcpNoDelay(true); Python: sock.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1); Rust/tokio/hyper: set_nodelay(true).".into(),
+        fix::workaround(peer),
+    ]
 }
 
 fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<String>) -> NagleFinding {

@@ -331,17 +331,17 @@ fn every_capture_matches_the_independent_count() {
     assert!(n >= 19, "expected.json lists every capture");
 }
 
-/// The quick start's first command: both bundled verdicts and the proof.
+/// `demo --offline`: both bundled verdicts and the proof, without traffic.
 #[test]
-fn demo_shows_the_stall_the_fix_and_the_proof() {
-    let out = bin().arg("demo").output().unwrap();
+fn offline_demo_shows_the_stall_the_fix_and_the_proof() {
+    let out = bin().args(["demo", "--offline"]).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("Nagle + delayed ACK: 39 of 40 responses from 127.0.0.1:28103"), "{text}");
     assert!(text.contains("tcp_nodelay on;"));
     assert!(text.contains("No stall found"));
     assert!(text.contains("PROOF: with tcp_nodelay on") && text.contains("stalls 39 -> 0"), "{text}");
-    let json = bin().args(["demo", "--json"]).output().unwrap();
+    let json = bin().args(["demo", "--offline", "--json"]).output().unwrap();
     let v: Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v.as_array().map(Vec::len), Some(2));
 }

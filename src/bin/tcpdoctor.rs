@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tcpdoctor::analyze::{self, Options};
 use tcpdoctor::capture::Capture;
+use tcpdoctor::diagnose;
 use tcpdoctor::filter::Filter;
 use tcpdoctor::measure::common::{
     Error as MeasureError, Family, parse_duration, parse_positive_duration, parse_run_length,
@@ -69,12 +70,75 @@ no route, no permission).")]
 Exit codes: 0 destination reached (open or closed); 1 not reached (max hops, or ICMP unreachable); 2 bad command \
 line; 3 HOST cannot be resolved; 5 cannot measure (a socket call failed).")]
     Trace(TraceArgs),
-    /// Analyse the real captures bundled in tcpdoctor (nginx with tcp_nodelay off, then on).
+    /// The whole method against a URL: RTT, alone vs under load, quick-ACK A/B, capture, server process, verdict.
+    #[command(after_help = "Step 4 (capture) needs CAP_NET_RAW and step 5 (server process) needs the server on this \
+host and ptrace permission over it; without them the verdict comes from steps 1-3 and NOT CHECKED says what is \
+missing.
+
+Exit codes: 0 no latency problem found (with --verify: the fix worked); 1 a cause was found (with --verify: not \
+fixed); 2 bad command line; 3 bad URL or unknown host; 5 the server did not answer HTTP.")]
+    Diagnose(DiagnoseArgs),
+    /// Start reproduction servers on 127.0.0.1 and print their URLs (Ctrl-C stops them).
+    #[command(after_help = "Servers: (a) nagle: keep-alive, header then body in two writes, Nagle on; (b) nodelay: \
+the same with TCP_NODELAY; (c) think: 45 ms think time, then one write; with --nginx, Debian's nginx with \
+tcp_nodelay off and on.
+
+Exit codes: 0 stopped by Ctrl-C or --duration; 2 bad command line; 3 a server could not start (nginx missing, \
+no free port).")]
+    Lab(LabArgs),
+    /// The main job on built-in lab servers: diagnose (a) Nagle, (b) TCP_NODELAY, (c) think time, then verify the fix.
+    #[command(after_help = "--offline analyses the real nginx captures bundled in the binary instead (no traffic).")]
     Demo {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Analyse the bundled captures (nginx tcp_nodelay off, then on) instead of running lab servers.
+        #[arg(long)]
+        offline: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct DiagnoseArgs {
+    /// http://HOST[:PORT][/PATH]
+    url: String,
+    /// Also diagnose URL2 (the fixed server) and print before/after side by side.
+    #[arg(long, value_name = "URL2")]
+    verify: Option<String>,
+    /// Keep-alive connections for the load.
+    #[arg(short = 'c', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    connections: u32,
+    /// How long the load runs.
+    #[arg(short = 'd', long, default_value = "2s", value_parser = parse_positive_duration)]
+    duration: Duration,
+    /// Per-request timeout.
+    #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
+    timeout: Duration,
+    /// Interface to capture on (default: the one the route to the server uses).
+    #[arg(short = 'i', long, value_name = "IFACE")]
+    interface: Option<String>,
+    /// Do not capture packets.
+    #[arg(long)]
+    no_capture: bool,
+    /// Do not inspect the server process.
+    #[arg(long)]
+    no_inspect: bool,
+    /// Print the whole record as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct LabArgs {
+    /// Also start Debian's nginx twice: tcp_nodelay off and on.
+    #[arg(long)]
+    nginx: bool,
+    /// Stop by itself after this long (default: until Ctrl-C).
+    #[arg(short = 'd', long, value_parser = parse_run_length)]
+    duration: Option<Duration>,
+    /// Print the servers as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -210,6 +274,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
             );
         }
     };
+    tcpdoctor::interrupt::catch();
     match tcpdoctor::measure::bench::run(&o, &mut progress) {
         Ok(r) => {
             if tty {
@@ -428,6 +493,135 @@ fn run_trace(a: TraceArgs) -> ExitCode {
     finish_measure(result, json, report::trace::render_summary, |r| r.reached)
 }
 
+fn diagnose_options(a: &DiagnoseArgs) -> diagnose::Options {
+    diagnose::Options {
+        url: a.url.clone(),
+        connections: a.connections as usize,
+        load: a.duration,
+        timeout: a.timeout,
+        capture: !a.no_capture,
+        interface: a.interface.clone(),
+        inspect: !a.no_inspect,
+        ..diagnose::Options::default()
+    }
+}
+
+fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
+    tcpdoctor::interrupt::catch();
+    let o = diagnose_options(&a);
+    let json = a.json;
+    let mut say = |line: &str| {
+        if !json {
+            print(line)
+        }
+    };
+    if let Some(after) = &a.verify {
+        return match diagnose::verify(&o, after, &mut say) {
+            Ok(c) => {
+                if json {
+                    print_json(&c);
+                } else {
+                    print(&report::diagnose::render_comparison(&c));
+                }
+                ExitCode::from(if c.fixed { exit::OK } else { exit::NO_REPLY })
+            }
+            Err(e) => fail(exit::INPUT, e),
+        };
+    }
+    if !json {
+        print(&format!("tcpdoctor diagnose {}\n", a.url));
+    }
+    match diagnose::run(&o, &mut say) {
+        Ok(r) => {
+            if json {
+                print_json(&r);
+            } else {
+                print(&report::diagnose::render_verdict(&r));
+            }
+            ExitCode::from(match r.verdict.cause {
+                "none" => exit::OK,
+                "unreachable" => exit::NET,
+                _ => exit::NO_REPLY,
+            })
+        }
+        Err(e) => fail(exit::INPUT, e),
+    }
+}
+
+fn run_lab(a: LabArgs) -> ExitCode {
+    use tcpdoctor::lab::{Mode, Server, nginx::Nginx};
+    tcpdoctor::interrupt::catch();
+    let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut servers = Vec::new();
+    for m in [Mode::Nagle, Mode::NoDelay, Mode::Think(Duration::from_millis(45))] {
+        match Server::start(m, bind) {
+            Ok(s) => servers.push(s),
+            Err(e) => return fail(exit::INPUT, format!("cannot start the {} lab server on 127.0.0.1: {e}", m.name())),
+        }
+    }
+    let mut rows: Vec<serde_json::Value> = servers
+        .iter()
+        .map(|s| serde_json::json!({"name": s.mode().name(), "url": s.url(), "what": s.mode().describe()}))
+        .collect();
+    let mut nginxes = Vec::new();
+    if a.nginx {
+        for on in [false, true] {
+            match Nginx::start(on) {
+                Ok(n) => {
+                    rows.push(serde_json::json!({
+                        "name": if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" },
+                        "url": n.url(),
+                        "pid": n.pid(),
+                        "what": format!("Debian's nginx, sendfile on, tcp_nodelay {}", if on { "on (the fix)" } else { "off (the stall)" }),
+                    }));
+                    nginxes.push(n);
+                }
+                Err(e) => return fail(exit::INPUT, format!("--nginx: {e}")),
+            }
+        }
+    }
+    if a.json {
+        print_json(&rows);
+    } else {
+        for r in &rows {
+            print(&format!(
+                "{:<18} {:<24} {}\n",
+                r["name"].as_str().unwrap_or(""),
+                r["url"].as_str().unwrap_or(""),
+                r["what"].as_str().unwrap_or("")
+            ));
+        }
+        let until = a.duration.map_or("Ctrl-C".to_string(), |d| format!("{:.0} s or Ctrl-C", d.as_secs_f64()));
+        print(&format!("serving until {until}; try: tcpdoctor diagnose {}\n", servers[0].url()));
+    }
+    let deadline = a.duration.map(|d| std::time::Instant::now() + d);
+    while !tcpdoctor::interrupt::requested() && deadline.is_none_or(|t| std::time::Instant::now() < t) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(nginxes);
+    drop(servers);
+    ExitCode::from(exit::OK)
+}
+
+fn run_demo(json: bool) -> ExitCode {
+    tcpdoctor::interrupt::catch();
+    let o = diagnose::Options::default();
+    let mut say = |line: &str| {
+        if !json {
+            print(line)
+        }
+    };
+    match tcpdoctor::demo::live(&o, &mut say) {
+        Ok(d) => {
+            if json {
+                print_json(&d);
+            }
+            ExitCode::from(exit::OK)
+        }
+        Err(e) => fail(exit::NET, e),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -435,7 +629,10 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => run_bench(a),
         Cmd::Probe(a) => run_probe(a),
         Cmd::Trace(a) => run_trace(a),
-        Cmd::Demo { json } => match tcpdoctor::demo::run() {
+        Cmd::Diagnose(a) => run_diagnose(a),
+        Cmd::Lab(a) => run_lab(a),
+        Cmd::Demo { json, offline: false } => run_demo(json),
+        Cmd::Demo { json, offline: true } => match tcpdoctor::demo::run() {
             Ok(reports) => {
                 if json {
                     let v: Vec<_> = reports.iter().map(|(_, r)| r).collect();

@@ -3,6 +3,7 @@
 //! their own types, with the same `schema` version.
 
 pub mod bench;
+pub mod diagnose;
 mod ladder;
 pub mod probe;
 pub(crate) mod text;

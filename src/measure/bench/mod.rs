@@ -15,7 +15,7 @@ use crate::dist::Dist;
 use crate::report::bench::{BenchOptions, BenchReport, Distribution, Errors, ThreadRate};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// What the user asked for.
@@ -101,7 +101,7 @@ pub(crate) struct Config {
 }
 
 /// Splits `http://host[:port][/path]` into (authority, host, port, path).
-fn split_url(url: &str) -> Result<(String, String, u16, String), BenchError> {
+pub(crate) fn split_url(url: &str) -> Result<(String, String, u16, String), BenchError> {
     let bad = |why: &str| BenchError(format!("URL {url:?}: {why} (expected http://HOST[:PORT][/PATH])"));
     let rest = match url.split_once("://") {
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
@@ -287,26 +287,7 @@ impl Stats {
     }
 }
 
-/// Set by Ctrl-C; workers stop at their next wake-up (≤ 10 ms).
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-/// Ctrl-C stops the run and prints what was measured; a second one kills.
-fn catch_ctrl_c() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigint as *const () as usize;
-        sa.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-    }
-}
-
-fn distribution(d: &Dist) -> Distribution {
+pub(crate) fn distribution(d: &Dist) -> Distribution {
     let (mean, stdev) = d.mean_stdev_ms();
     let within = if d.count() == 0 { 0.0 } else { d.share_between(mean - stdev, mean + stdev) * 100.0 };
     let r = |v: f64| (v * 1e3).round() / 1e3;
@@ -440,8 +421,6 @@ raise it (`ulimit -n {need}`) or use fewer connections",
 pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<BenchReport, BenchError> {
     let cfg = Config::new(o)?;
     ensure_fd_limit(cfg.connections)?;
-    STOP.store(false, Ordering::Relaxed);
-    catch_ctrl_c();
     let start = Instant::now();
     let deadline = start + cfg.duration;
     let counters: Vec<AtomicU64> = (0..cfg.threads).map(|_| AtomicU64::new(0)).collect();
@@ -456,7 +435,7 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
             first += n;
             handles.push(scope.spawn(move || -> Result<Stats, String> {
                 let w = worker::Worker::new(cfg, n, start, first_conn).map_err(|e| format!("epoll: {e}"))?;
-                Ok(w.run(deadline, &|| STOP.load(Ordering::Relaxed), counter))
+                Ok(w.run(deadline, &crate::interrupt::requested, counter))
             }));
         }
         let mut next = start + Duration::from_secs(1);
@@ -473,7 +452,7 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
             .map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into())))
             .collect::<Vec<_>>()
     });
-    let interrupted = STOP.load(Ordering::Relaxed);
+    let interrupted = crate::interrupt::requested();
     // Workers stop at the deadline; only Ctrl-C makes the run shorter.
     let elapsed = if interrupted { start.elapsed().min(cfg.duration) } else { cfg.duration };
     let mut all = Stats::new();

@@ -1,0 +1,322 @@
+//! `diagnose URL`: the seed's layered method in one command. (1) TCP round
+//! trip; (2) requests alone on fresh connections vs keep-alive load; (3) when
+//! the load is far slower, the client-side quick-ACK experiment; (4) a live
+//! capture during the load, analysed; (5) the server process, when local;
+//! (6) the verdict, with evidence and the fix for that server.
+
+mod alone;
+pub mod conclude;
+pub mod fix;
+mod local;
+
+use crate::measure::bench::{self, http::Request};
+use crate::measure::probe;
+use crate::report::SCHEMA_VERSION;
+use crate::report::diagnose::{CaptureStep, Comparison, DiagnoseReport, LoadStep, RttStep, ServerStep, ms, step_line};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// What to diagnose and how hard to push.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `http://host[:port][/path]`.
+    pub url: String,
+    /// Keep-alive connections for the load steps.
+    pub connections: usize,
+    /// How long the keep-alive load runs.
+    pub load: Duration,
+    /// How long the quick-ACK experiment runs.
+    pub experiment: Duration,
+    /// Requests on fresh connections in step 2.
+    pub alone: u32,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Capture packets during the load (needs CAP_NET_RAW).
+    pub capture: bool,
+    /// Interface to capture on (default: the one the route to the server uses).
+    pub interface: Option<String>,
+    /// Inspect the server process when it runs on this host.
+    pub inspect: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            url: String::new(),
+            connections: 8,
+            load: Duration::from_secs(2),
+            experiment: Duration::from_millis(1500),
+            alone: 10,
+            timeout: Duration::from_secs(1),
+            capture: true,
+            interface: None,
+            inspect: true,
+        }
+    }
+}
+
+/// A diagnosis that could not start (bad URL, unknown host).
+#[derive(Debug)]
+pub struct DiagnoseError(pub String);
+
+impl std::fmt::Display for DiagnoseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Runs the method against one URL. `say` gets each step's line as soon as
+/// the step ends.
+pub fn run(o: &Options, say: &mut dyn FnMut(&str)) -> Result<DiagnoseReport, DiagnoseError> {
+    let start = Instant::now();
+    let (authority, host, port, path) = bench::split_url(&o.url).map_err(|e| DiagnoseError(e.0))?;
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| DiagnoseError(format!("URL {:?}: cannot resolve {host}: {e}", o.url)))?
+        .next()
+        .ok_or_else(|| DiagnoseError(format!("URL {:?}: {host} has no address", o.url)))?;
+    let local = local::is_local(addr.ip());
+    let mut missing = Vec::new();
+
+    let rtt = rtt_step(addr, say, &mut missing);
+
+    let req = Request::new("GET", &authority, &path, &[], &[], true);
+    let alone = alone::run(addr, &req, o.alone, o.timeout, Duration::from_secs(2));
+    let header = alone.server_header.as_deref().map(|h| format!("; Server: {h}")).unwrap_or_default();
+    say(&step_line(
+        2,
+        "Alone",
+        &match &alone.first_error {
+            _ if alone.step.requests > 0 => format!(
+                "median {} (first byte {}) over {} requests, each on a fresh connection{header}",
+                ms(alone.step.latency.p50),
+                ms(alone.step.time_to_first_byte.p50),
+                alone.step.requests
+            ),
+            Some(e) => format!("no answer: {e}"),
+            None => "no answer".into(),
+        },
+    ));
+
+    let mut report = DiagnoseReport {
+        schema: SCHEMA_VERSION,
+        version: env!("CARGO_PKG_VERSION"),
+        url: o.url.clone(),
+        address: addr.to_string(),
+        local,
+        elapsed_s: 0.0,
+        rtt,
+        alone: Some(alone.step.clone()),
+        load: None,
+        quickack: None,
+        capture: None,
+        server: None,
+        server_header: alone.server_header.clone(),
+        verdict: Default::default(),
+        missing: Vec::new(),
+    };
+    if alone.step.requests > 0 {
+        let (load, capture, server) = load_step(o, addr, local, say, &mut missing);
+        report.load = load;
+        report.capture = capture;
+        report.server = server;
+        report.quickack = experiment(o, &alone.step, report.load.as_ref(), say, &mut missing);
+    } else {
+        missing.push("steps 2-5: the server gave no complete response to a request alone".into());
+    }
+    let facts = conclude::Facts {
+        server: addr.to_string(),
+        rtt: report.rtt.as_ref(),
+        alone: report.alone.as_ref(),
+        alone_error: alone.first_error.as_deref(),
+        load: report.load.as_ref(),
+        quickack: report.quickack.as_ref(),
+        capture: report.capture.as_ref(),
+        process: report.server.as_ref(),
+        server_header: report.server_header.as_deref(),
+    };
+    report.verdict = conclude::conclude(&facts);
+    report.missing = missing;
+    report.elapsed_s = (start.elapsed().as_secs_f64() * 1e3).round() / 1e3;
+    Ok(report)
+}
+
+/// Diagnoses `before`, then `after`, and compares them.
+pub fn verify(o: &Options, after_url: &str, say: &mut dyn FnMut(&str)) -> Result<Comparison, DiagnoseError> {
+    say(&format!("== before: {}\n", o.url));
+    let before = run(o, say)?;
+    say(&crate::report::diagnose::render_verdict(&before));
+    say(&format!("\n== after: {after_url}\n"));
+    let after = run(&Options { url: after_url.to_string(), ..o.clone() }, say)?;
+    say(&crate::report::diagnose::render_verdict(&after));
+    Ok(compare(before, after))
+}
+
+/// Puts two diagnoses side by side.
+pub fn compare(before: DiagnoseReport, after: DiagnoseReport) -> Comparison {
+    let p50 = |r: &DiagnoseReport| r.load.as_ref().map_or(0.0, |l| l.latency.p50);
+    let speedup = if p50(&after) > 0.0 { p50(&before) / p50(&after) } else { 0.0 };
+    let fixed = before.verdict.cause != after.verdict.cause && matches!(after.verdict.cause, "none" | "network");
+    Comparison { speedup_p50: (speedup * 10.0).round() / 10.0, fixed, before, after }
+}
+
+fn rtt_step(addr: SocketAddr, say: &mut dyn FnMut(&str), missing: &mut Vec<String>) -> Option<RttStep> {
+    let o = probe::Options {
+        host: addr.ip().to_string(),
+        port: addr.port(),
+        count: 5,
+        interval: Duration::from_millis(20),
+        timeout: Duration::from_millis(500),
+        family: None,
+        unprivileged: false,
+    };
+    match probe::run(&o, |_| {}) {
+        Ok(r) => {
+            let s = RttStep {
+                method: r.method,
+                sent: r.summary.sent,
+                received: r.summary.received,
+                min_ms: r.summary.min_ms,
+                avg_ms: r.summary.avg_ms,
+            };
+            let how = if r.method == "raw_syn" { "raw SYN, kernel timestamps" } else { "timed connect()" };
+            let text = match (s.min_ms, s.avg_ms) {
+                (Some(min), Some(avg)) => {
+                    format!("min {}, avg {} ({how}, {} of {} answered)", ms(min), ms(avg), s.received, s.sent)
+                }
+                _ => format!("no answer to {} probes ({how})", s.sent),
+            };
+            if r.method != "raw_syn" {
+                missing.push("step 1: RTT from connect() (includes this process's own overhead): run as root for raw SYNs with kernel timestamps".into());
+            }
+            say(&step_line(1, "TCP round trip", &text));
+            Some(s)
+        }
+        Err(e) => {
+            say(&step_line(1, "TCP round trip", &format!("not measured: {e}")));
+            missing.push(format!("step 1: {e}"));
+            None
+        }
+    }
+}
+
+fn bench_opts(o: &Options, duration: Duration, quickack: bool) -> bench::Options {
+    bench::Options {
+        url: o.url.clone(),
+        threads: o.connections.clamp(1, 2),
+        connections: o.connections,
+        duration,
+        timeout: o.timeout,
+        quickack,
+        ..bench::Options::default()
+    }
+}
+
+fn load_line(l: &LoadStep) -> String {
+    format!(
+        "median {}, p99 {} over {} keep-alive connections ({} requests, {:.0}/s{})",
+        ms(l.latency.p50),
+        ms(l.latency.p99),
+        l.connections,
+        l.requests,
+        l.requests_per_s,
+        if l.errors > 0 { format!(", {} errors", l.errors) } else { String::new() }
+    )
+}
+
+/// Step 2's load, with the capture (4) and the process inspection (5) running beside it.
+fn load_step(
+    o: &Options,
+    addr: SocketAddr,
+    local: bool,
+    say: &mut dyn FnMut(&str),
+    missing: &mut Vec<String>,
+) -> (Option<LoadStep>, Option<CaptureStep>, Option<ServerStep>) {
+    let cap = if o.capture { local::start_capture(o, addr, missing) } else { None };
+    if !o.capture {
+        missing.push("step 4: packet capture turned off (--no-capture)".into());
+    }
+    let inspect = (o.inspect && local).then(|| local::start_inspect(addr.port()));
+    if !local {
+        missing.push(format!(
+            "step 5: {} is not on this host, so its process and socket options were not read",
+            addr.ip()
+        ));
+    } else if !o.inspect {
+        missing.push("step 5: process inspection turned off (--no-inspect)".into());
+    }
+    let result = bench::run(&bench_opts(o, o.load, false), &mut |_, _| {});
+    let capture = cap.and_then(|c| local::finish_capture(c, addr, missing));
+    let server = inspect.and_then(|i| local::finish_inspect(i, missing));
+    let load = match result {
+        Ok(r) => {
+            if r.interrupted {
+                missing.push("interrupted by Ctrl-C: the load ran short".into());
+            }
+            let l = LoadStep::of(&r);
+            say(&step_line(2, "Under load", &load_line(&l)));
+            Some(l)
+        }
+        Err(e) => {
+            say(&step_line(2, "Under load", &format!("not measured: {e}")));
+            missing.push(format!("step 2 (load): {e}"));
+            None
+        }
+    };
+    if let Some(c) = &capture {
+        say(&step_line(4, "Capture", &local::capture_line(c)));
+    }
+    if let Some(s) = &server {
+        say(&step_line(5, "Server process", &local::server_line(s)));
+    }
+    (load, capture, server)
+}
+
+/// Step 3: the same load with TCP_QUICKACK on the client, when the load is
+/// far slower than one request alone.
+fn experiment(
+    o: &Options,
+    alone: &LoadStep,
+    load: Option<&LoadStep>,
+    say: &mut dyn FnMut(&str),
+    missing: &mut Vec<String>,
+) -> Option<LoadStep> {
+    let load = load?;
+    if crate::interrupt::requested() {
+        missing.push("step 3: not run (interrupted by Ctrl-C)".into());
+        return None;
+    }
+    if !conclude::needs_experiment(alone, load) {
+        say(&step_line(
+            3,
+            "Quick-ACK A/B",
+            &format!(
+                "not needed: under load p90 {} is within {} of one request alone ({})",
+                ms(load.latency.p90),
+                ms(conclude::EXCESS_MS),
+                ms(alone.latency.p50)
+            ),
+        ));
+        return None;
+    }
+    match bench::run(&bench_opts(o, o.experiment, true), &mut |_, _| {}) {
+        Ok(r) => {
+            let q = LoadStep::of(&r);
+            say(&step_line(
+                3,
+                "Quick-ACK A/B",
+                &format!(
+                    "with TCP_QUICKACK on the client: median {} (without: {}); read gap inside a response: median {}",
+                    ms(q.latency.p50),
+                    ms(load.latency.p50),
+                    ms(load.max_read_gap.p50)
+                ),
+            ));
+            Some(q)
+        }
+        Err(e) => {
+            missing.push(format!("step 3: {e}"));
+            None
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! `diagnose`, `lab` and `demo` against real servers started here on
+//! loopback: our lab servers, Debian's nginx (`tcp_nodelay off`/`on`), the
+//! JDK HttpServer (default and with its flag), Python's http.server speaking
+//! HTTP/1.1, and a Go net/http server. Every process is stopped by its PID.
+
+mod common;
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Diagnoses measure latency: two at once on two cores would disturb each other.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tcpdoctor"))
+}
+
+/// A child process stopped (SIGTERM, then SIGKILL) by its PID when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own unreaped child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(3) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_listening(port: u16, p: &mut Proc) {
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(p.0.try_wait().unwrap().is_none(), "server exited before listening on {port}");
+        assert!(t.elapsed() < Duration::from_secs(30), "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tcpdoctor-diag-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs `diagnose URL --json ARGS…`; returns the exit code and the record.
+fn diagnose(url: &str, args: &[&str]) -> (i32, Value) {
+    let out = bin().args(["diagnose", url, "--json"]).args(args).output().unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn cause(v: &Value) -> &str {
+    v["verdict"]["cause"].as_str().unwrap()
+}
+
+fn fixes(v: &Value) -> String {
+    v["verdict"]["fix"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect::<Vec<_>>().join("\n")
+}
+
+/// A Nagle verdict on the server at `port`, ~40 ms lost per request.
+fn assert_nagle(code: i32, v: &Value, port: u16) {
+    assert_eq!(cause(v), "nagle_delayed_ack", "{v:#}");
+    assert_eq!(code, 1);
+    let lost = v["verdict"]["lost_per_request_ms"].as_f64().unwrap();
+    assert!((30.0..60.0).contains(&lost), "lost {lost} ms");
+    assert!(v["verdict"]["nagle_side"].as_str().unwrap().contains(&format!(":{port} (server)")), "{v:#}");
+    assert!(v["verdict"]["delayed_ack_side"].as_str().unwrap().contains("client"));
+    let load = v["load"]["latency"]["p50"].as_f64().unwrap();
+    let alone = v["alone"]["latency"]["p50"].as_f64().unwrap();
+    assert!(load > 30.0 && alone < 10.0, "load {load} ms, alone {alone} ms");
+    assert!(v["quickack"]["latency"]["p50"].as_f64().unwrap() < 10.0, "quick-ACK run still slow");
+}
+
+fn assert_healthy(code: i32, v: &Value) {
+    assert_eq!(cause(v), "none", "{v:#}");
+    assert_eq!(code, 0);
+    assert!(v["verdict"]["fix"].as_array().unwrap().is_empty());
+    assert!(v["load"]["latency"]["p50"].as_f64().unwrap() < 10.0);
+}
+
+/// `tcpdoctor lab --json`: the servers it printed, by name → URL.
+fn lab(args: &[&str]) -> (Proc, Vec<(String, String)>) {
+    let mut c = bin().args(["lab", "--json", "-d", "300s"]).args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let out = c.stdout.take().unwrap();
+    let p = Proc(c);
+    let mut text = String::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        let end = line == "]";
+        text.push_str(&line);
+        if end {
+            break;
+        }
+    }
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let servers = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap().to_string(), s["url"].as_str().unwrap().to_string()))
+        .collect();
+    (p, servers)
+}
+
+fn url_of<'a>(servers: &'a [(String, String)], name: &str) -> &'a str {
+    &servers.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name} in {servers:?}")).1
+}
+
+fn port_of(url: &str) -> u16 {
+    url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn lab_servers_nagle_control_and_think_decoy() {
+    let _g = serial();
+    let (mut p, servers) = lab(&[]);
+    let nagle = url_of(&servers, "nagle");
+    let (code, v) = diagnose(nagle, &[]);
+    assert_nagle(code, &v, port_of(nagle));
+    // Two independent experiments agree at least.
+    assert!(v["verdict"]["evidence"].as_array().unwrap().len() >= 2, "{v:#}");
+
+    let (code, v) = diagnose(url_of(&servers, "nodelay"), &[]);
+    assert_healthy(code, &v);
+
+    // 45 ms of think time is application latency, never Nagle.
+    let (code, v) = diagnose(url_of(&servers, "think"), &[]);
+    assert_eq!(cause(&v), "app_latency", "{v:#}");
+    assert_eq!(code, 1);
+    let lost = v["verdict"]["lost_per_request_ms"].as_f64().unwrap();
+    assert!((40.0..60.0).contains(&lost), "{lost}");
+    assert!(v["quickack"].is_null(), "the experiment is not needed when alone is as slow as load");
+
+    // Ctrl-C stops lab, and its servers with it.
+    let ports: Vec<u16> = servers.iter().map(|(_, u)| port_of(u)).collect();
+    // SAFETY: SIGINT to our own child.
+    unsafe { libc::kill(p.0.id() as i32, libc::SIGINT) };
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "lab did not stop on Ctrl-C");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+    for port in ports {
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "port {port} still open");
+    }
+}
+
+#[test]
+fn nginx_tcp_nodelay_off_stalls_and_on_does_not() {
+    if !common::require("nginx") {
+        return;
+    }
+    let _g = serial();
+    let (_p, servers) = lab(&["--nginx"]);
+    let (off, on) = (url_of(&servers, "nginx-nodelay-off"), url_of(&servers, "nginx-nodelay-on"));
+    let (code, v) = diagnose(off, &[]);
+    assert_nagle(code, &v, port_of(off));
+    assert!(v["server_header"].as_str().unwrap().starts_with("nginx"));
+    assert!(fixes(&v).lines().next().unwrap().contains("tcp_nodelay on;"), "{}", fixes(&v));
+    let (code, v) = diagnose(on, &[]);
+    assert_healthy(code, &v);
+
+    // --verify: before and after side by side, exit 0 when fixed.
+    let out = bin().args(["diagnose", off, "--verify", on]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("BEFORE / AFTER") && text.contains("FIXED: median latency under load"), "{text}");
+}
+
+fn javac(dir: &Path) {
+    let src = common::data("lab/HttpServerDemo.java");
+    let ok = Command::new("javac").arg("-d").arg(dir).arg(src).status().unwrap();
+    assert!(ok.success(), "javac failed");
+}
+
+fn jdk(dir: &Path, port: u16, flag: bool) -> Proc {
+    let mut c = Command::new("java");
+    if flag {
+        c.arg("-Dsun.net.httpserver.nodelay=true");
+    }
+    let c = c
+        .arg("-cp")
+        .arg(dir)
+        .args(["HttpServerDemo", &port.to_string(), "300", "120"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut p = Proc(c);
+    wait_listening(port, &mut p);
+    p
+}
+
+#[test]
+fn jdk_httpserver_default_stalls_and_the_flag_fixes_it() {
+    if !common::require("javac") {
+        return;
+    }
+    let _g = serial();
+    let dir = tmpdir("jdk");
+    javac(&dir);
+    let port = free_port();
+    let p = jdk(&dir, port, false);
+    let url = format!("http://127.0.0.1:{port}/");
+    let (code, v) = diagnose(&url, &[]);
+    assert_nagle(code, &v, port);
+    assert!(fixes(&v).contains("-Dsun.net.httpserver.nodelay=true"), "{}", fixes(&v));
+    drop(p);
+    let port = free_port();
+    let _p = jdk(&dir, port, true);
+    let (code, v) = diagnose(&format!("http://127.0.0.1:{port}/"), &[]);
+    assert_healthy(code, &v);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn python_http_server_with_http11_stalls() {
+    if !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    let dir = tmpdir("py");
+    std::fs::write(dir.join("index.html"), "x".repeat(600)).unwrap();
+    let port = free_port();
+    let code = "import functools, http.server as h, sys\n\
+                h.SimpleHTTPRequestHandler.protocol_version = 'HTTP/1.1'\n\
+                handler = functools.partial(h.SimpleHTTPRequestHandler, directory=sys.argv[2])\n\
+                h.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), handler).serve_forever()\n";
+    let c = Command::new("timeout")
+        .args(["120", "python3", "-c", code, &port.to_string()])
+        .arg(&dir)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut p = Proc(c);
+    wait_listening(port, &mut p);
+    let (code, v) = diagnose(&format!("http://127.0.0.1:{port}/index.html"), &[]);
+    assert_nagle(code, &v, port);
+    assert!(v["server_header"].as_str().unwrap().contains("Python"));
+    assert!(fixes(&v).lines().next().unwrap().contains("disable_nagle_algorithm = True"), "{}", fixes(&v));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn go() -> Option<PathBuf> {
+    let on_path = Command::new("sh").args(["-c", "command -v go"]).output().ok().filter(|o| o.status.success());
+    if let Some(o) = on_path {
+        return Some(PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    }
+    let local = PathBuf::from("/usr/local/go/bin/go");
+    if local.is_file() {
+        return Some(local);
+    }
+    common::require("go");
+    None
+}
+
+#[test]
+fn go_net_http_has_nothing_to_find() {
+    let Some(go) = go() else { return };
+    let _g = serial();
+    let dir = tmpdir("go");
+    let exe = dir.join("goserver");
+    let built = Command::new(&go)
+        .arg("build")
+        .arg("-o")
+        .arg(&exe)
+        .arg(common::data("lab/goserver.go"))
+        .env("GOFLAGS", "-mod=mod")
+        .env("GO111MODULE", "off")
+        .env("GOCACHE", dir.join("cache"))
+        .env("HOME", &dir)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "go build: {}", String::from_utf8_lossy(&built.stderr));
+    let port = free_port();
+    let c = Command::new(&exe).args([&format!("127.0.0.1:{port}"), "120"]).spawn().unwrap();
+    let mut p = Proc(c);
+    wait_listening(port, &mut p);
+    let (code, v) = diagnose(&format!("http://127.0.0.1:{port}/"), &[]);
+    assert_healthy(code, &v);
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_port_nobody_listens_on_is_unreachable() {
+    let _g = serial();
+    let port = free_port();
+    let (code, v) = diagnose(&format!("http://127.0.0.1:{port}/"), &[]);
+    assert_eq!(cause(&v), "unreachable");
+    assert_eq!(code, 5);
+    assert!(v["verdict"]["summary"].as_str().unwrap().contains("refused"), "{v:#}");
+    assert!(v["load"].is_null());
+}
+
+#[test]
+fn bad_urls_fail_in_one_line() {
+    for (url, want) in
+        [("https://127.0.0.1/", "https is not supported"), ("http://no-such-host.invalid/", "cannot resolve")]
+    {
+        let out: Output = bin().args(["diagnose", url]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert!(err.contains(want) && err.lines().count() == 1, "{err}");
+    }
+}
+
+/// The quick start's first command: (a) stalls, (b) does not, (c) is think
+/// time, and switching (a) to TCP_NODELAY fixes it.
+#[test]
+fn demo_diagnoses_the_lab_and_verifies_the_fix() {
+    let _g = serial();
+    let out = bin().args(["demo", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let causes: Vec<&str> = v["cases"].as_array().unwrap().iter().map(|c| cause(&c["diagnosis"])).collect();
+    assert_eq!(causes, ["nagle_delayed_ack", "none", "app_latency"]);
+    assert_eq!(v["fix"]["fixed"], true);
+    assert!(v["fix"]["speedup_p50"].as_f64().unwrap() > 10.0, "{}", v["fix"]);
+    assert_eq!(cause(&v["fix"]["after"]), "none");
+}
