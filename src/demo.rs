@@ -64,7 +64,9 @@ pub struct LiveDemo {
     pub schema: u32,
     /// The three lab servers, diagnosed.
     pub cases: Vec<Case>,
-    /// Server (a) before and after switching it to TCP_NODELAY.
+    /// Server (a) diagnosed again after switching it to TCP_NODELAY.
+    pub after_fix: crate::report::diagnose::DiagnoseReport,
+    /// Server (a) before and after.
     pub fix: crate::report::diagnose::Comparison,
 }
 
@@ -73,7 +75,7 @@ pub struct LiveDemo {
 pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<LiveDemo, String> {
     use crate::diagnose;
     use crate::lab::{Mode, Server};
-    use crate::report::diagnose::render_verdict;
+    use crate::report::diagnose::{Comparison, Summary, render_verdict};
     let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let start = |m| Server::start(m, bind).map_err(|e| format!("cannot start a lab server on 127.0.0.1: {e}"));
     let servers = [
@@ -97,7 +99,7 @@ pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<L
     say(&format!("== (a) again, after switching it to TCP_NODELAY (the fix): {}\n", a.url()));
     let after = diagnose::run(&diagnose::Options { url: a.url(), ..o.clone() }, say).map_err(|e| e.to_string())?;
     say(&render_verdict(&after));
-    let fix = diagnose::compare(cases[0].diagnosis.clone(), after);
+    let fix = Comparison::new(Summary::of(&cases[0].diagnosis), Summary::of(&after));
     say(&crate::report::diagnose::render_comparison(&fix));
-    Ok(LiveDemo { schema: crate::report::SCHEMA_VERSION, cases, fix })
+    Ok(LiveDemo { schema: crate::report::SCHEMA_VERSION, cases, after_fix: after, fix })
 }

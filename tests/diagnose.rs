@@ -180,8 +180,12 @@ fn nginx_tcp_nodelay_off_stalls_and_on_does_not() {
     let _g = serial();
     let (_p, servers) = lab(&["--nginx"]);
     let (off, on) = (url_of(&servers, "nginx-nodelay-off"), url_of(&servers, "nginx-nodelay-on"));
-    let (code, v) = diagnose(off, &[]);
-    assert_nagle(code, &v, port_of(off));
+    let out = bin().args(["diagnose", off, "--json"]).output().unwrap();
+    let dir = tmpdir("nginx");
+    let saved = dir.join("before.json");
+    std::fs::write(&saved, &out.stdout).unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_nagle(out.status.code().unwrap(), &v, port_of(off));
     assert!(v["server_header"].as_str().unwrap().starts_with("nginx"));
     assert!(fixes(&v).lines().next().unwrap().contains("tcp_nodelay on;"), "{}", fixes(&v));
     let (code, v) = diagnose(on, &[]);
@@ -192,6 +196,17 @@ fn nginx_tcp_nodelay_off_stalls_and_on_does_not() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("BEFORE / AFTER") && text.contains("FIXED: median latency under load"), "{text}");
+
+    // Re-run after a fix, against the record saved before it.
+    let (code, v) = diagnose(on, &["--before", saved.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["comparison"]["fixed"], true);
+    assert_eq!(v["comparison"]["before"]["cause"], "nagle_delayed_ack");
+    assert!(v["comparison"]["speedup_p50"].as_f64().unwrap() > 10.0);
+    // The same file compared with itself (still broken) is not fixed.
+    let (code, v) = diagnose(off, &["--before", saved.to_str().unwrap()]);
+    assert_eq!((code, &v["comparison"]["fixed"]), (1, &Value::Bool(false)));
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn javac(dir: &Path) {
@@ -320,6 +335,20 @@ fn a_port_nobody_listens_on_is_unreachable() {
 }
 
 #[test]
+fn before_must_be_a_diagnose_record() {
+    let dir = tmpdir("before");
+    let f = dir.join("x.json");
+    std::fs::write(&f, "{\"schema\": 1}").unwrap();
+    for (path, want) in [(f.as_path(), "not the output of `diagnose --json`"), (&dir.join("missing"), "No such file")] {
+        let out = bin().args(["diagnose", "http://127.0.0.1:9/", "--before"]).arg(path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want) && err.lines().count() == 1, "{err}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn bad_urls_fail_in_one_line() {
     for (url, want) in
         [("https://127.0.0.1/", "https is not supported"), ("http://no-such-host.invalid/", "cannot resolve")]
@@ -343,5 +372,6 @@ fn demo_diagnoses_the_lab_and_verifies_the_fix() {
     assert_eq!(causes, ["nagle_delayed_ack", "none", "app_latency"]);
     assert_eq!(v["fix"]["fixed"], true);
     assert!(v["fix"]["speedup_p50"].as_f64().unwrap() > 10.0, "{}", v["fix"]);
-    assert_eq!(cause(&v["fix"]["after"]), "none");
+    assert_eq!(v["fix"]["after"]["cause"], "none");
+    assert_eq!(cause(&v["after_fix"]), "none");
 }

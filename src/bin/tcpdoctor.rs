@@ -75,8 +75,8 @@ line; 3 HOST cannot be resolved; 5 cannot measure (a socket call failed).")]
 host and ptrace permission over it; without them the verdict comes from steps 1-3 and NOT CHECKED says what is \
 missing.
 
-Exit codes: 0 no latency problem found (with --verify: the fix worked); 1 a cause was found (with --verify: not \
-fixed); 2 bad command line; 3 bad URL or unknown host; 5 the server did not answer HTTP.")]
+Exit codes: 0 no latency problem found (with --verify/--before: the fix worked); 1 a cause was found (with \
+--verify/--before: not fixed); 2 bad command line; 3 bad URL or unknown host; 5 the server did not answer HTTP.")]
     Diagnose(DiagnoseArgs),
     /// Start reproduction servers on 127.0.0.1 and print their URLs (Ctrl-C stops them).
     #[command(after_help = "Servers: (a) nagle: keep-alive, header then body in two writes, Nagle on; (b) nodelay: \
@@ -103,8 +103,11 @@ struct DiagnoseArgs {
     /// http://HOST[:PORT][/PATH]
     url: String,
     /// Also diagnose URL2 (the fixed server) and print before/after side by side.
-    #[arg(long, value_name = "URL2")]
+    #[arg(long, value_name = "URL2", conflicts_with = "before")]
     verify: Option<String>,
+    /// Compare with an earlier run saved with `--json > FILE` (re-run after a fix).
+    #[arg(long, value_name = "FILE")]
+    before: Option<PathBuf>,
     /// Keep-alive connections for the load.
     #[arg(short = 'c', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     connections: u32,
@@ -517,9 +520,9 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
     };
     if let Some(after) = &a.verify {
         return match diagnose::verify(&o, after, &mut say) {
-            Ok(c) => {
+            Ok((before, after, c)) => {
                 if json {
-                    print_json(&c);
+                    print_json(&serde_json::json!({ "before": before, "after": after, "comparison": c }));
                 } else {
                     print(&report::diagnose::render_comparison(&c));
                 }
@@ -528,11 +531,36 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
             Err(e) => fail(exit::INPUT, e),
         };
     }
+    let before = match &a.before {
+        None => None,
+        Some(f) => {
+            let v = std::fs::read(f)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string()));
+            match v.map(|v| report::diagnose::Summary::from_json(&v)) {
+                Ok(Some(s)) => Some(s),
+                Ok(None) => {
+                    return fail(exit::USAGE, format!("--before {}: not the output of `diagnose --json`", f.display()));
+                }
+                Err(e) => return fail(exit::USAGE, format!("--before {}: {e}", f.display())),
+            }
+        }
+    };
     if !json {
         print(&format!("tcpdoctor diagnose {}\n", a.url));
     }
-    match diagnose::run(&o, &mut say) {
-        Ok(r) => {
+    match (diagnose::run(&o, &mut say), before) {
+        (Ok(r), Some(before)) => {
+            let c = report::diagnose::Comparison::new(before, report::diagnose::Summary::of(&r));
+            if json {
+                print_json(&serde_json::json!({ "report": r, "comparison": c }));
+            } else {
+                print(&report::diagnose::render_verdict(&r));
+                print(&report::diagnose::render_comparison(&c));
+            }
+            ExitCode::from(if c.fixed { exit::OK } else { exit::NO_REPLY })
+        }
+        (Ok(r), None) => {
             if json {
                 print_json(&r);
             } else {
@@ -544,7 +572,7 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
                 _ => exit::NO_REPLY,
             })
         }
-        Err(e) => fail(exit::INPUT, e),
+        (Err(e), _) => fail(exit::INPUT, e),
     }
 }
 

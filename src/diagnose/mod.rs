@@ -12,7 +12,9 @@ mod local;
 use crate::measure::bench::{self, http::Request};
 use crate::measure::probe;
 use crate::report::SCHEMA_VERSION;
-use crate::report::diagnose::{CaptureStep, Comparison, DiagnoseReport, LoadStep, RttStep, ServerStep, ms, step_line};
+use crate::report::diagnose::{
+    CaptureStep, Comparison, DiagnoseReport, LoadStep, RttStep, ServerStep, Summary, ms, step_line,
+};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -141,23 +143,20 @@ pub fn run(o: &Options, say: &mut dyn FnMut(&str)) -> Result<DiagnoseReport, Dia
     Ok(report)
 }
 
-/// Diagnoses `before`, then `after`, and compares them.
-pub fn verify(o: &Options, after_url: &str, say: &mut dyn FnMut(&str)) -> Result<Comparison, DiagnoseError> {
+/// Diagnoses `o.url` (before), then `after_url`, and compares them.
+pub fn verify(
+    o: &Options,
+    after_url: &str,
+    say: &mut dyn FnMut(&str),
+) -> Result<(DiagnoseReport, DiagnoseReport, Comparison), DiagnoseError> {
     say(&format!("== before: {}\n", o.url));
     let before = run(o, say)?;
     say(&crate::report::diagnose::render_verdict(&before));
     say(&format!("\n== after: {after_url}\n"));
     let after = run(&Options { url: after_url.to_string(), ..o.clone() }, say)?;
     say(&crate::report::diagnose::render_verdict(&after));
-    Ok(compare(before, after))
-}
-
-/// Puts two diagnoses side by side.
-pub fn compare(before: DiagnoseReport, after: DiagnoseReport) -> Comparison {
-    let p50 = |r: &DiagnoseReport| r.load.as_ref().map_or(0.0, |l| l.latency.p50);
-    let speedup = if p50(&after) > 0.0 { p50(&before) / p50(&after) } else { 0.0 };
-    let fixed = before.verdict.cause != after.verdict.cause && matches!(after.verdict.cause, "none" | "network");
-    Comparison { speedup_p50: (speedup * 10.0).round() / 10.0, fixed, before, after }
+    let c = Comparison::new(Summary::of(&before), Summary::of(&after));
+    Ok((before, after, c))
 }
 
 fn rtt_step(addr: SocketAddr, say: &mut dyn FnMut(&str), missing: &mut Vec<String>) -> Option<RttStep> {

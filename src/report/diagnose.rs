@@ -176,17 +176,86 @@ pub struct Verdict {
     pub fix: Vec<String>,
 }
 
-/// Before and after, for `--verify`.
+/// What a before/after comparison needs of one diagnosis.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    /// The URL diagnosed.
+    pub url: String,
+    /// The verdict's cause.
+    pub cause: String,
+    /// Median latency under load, ms.
+    pub p50_ms: Option<f64>,
+    /// 99th percentile under load, ms.
+    pub p99_ms: Option<f64>,
+    /// Responses per second under load.
+    pub requests_per_s: Option<f64>,
+    /// Nagle stalls in the capture (when there was one).
+    pub stalls: Option<u64>,
+    /// Time lost per request, ms.
+    pub lost_per_request_ms: f64,
+}
+
+impl Summary {
+    /// From a diagnosis just made.
+    pub fn of(r: &DiagnoseReport) -> Summary {
+        Summary {
+            url: r.url.clone(),
+            cause: r.verdict.cause.to_string(),
+            p50_ms: r.load.as_ref().map(|l| l.latency.p50),
+            p99_ms: r.load.as_ref().map(|l| l.latency.p99),
+            requests_per_s: r.load.as_ref().map(|l| l.requests_per_s),
+            stalls: r.capture.as_ref().map(|c| {
+                c.findings.iter().map(|f| if let Finding::NagleDelayedAck(n) = f { n.stalls } else { 0 }).sum()
+            }),
+            lost_per_request_ms: r.verdict.lost_per_request_ms,
+        }
+    }
+
+    /// From the JSON of an earlier `diagnose --json` run; `None` if it is not one.
+    pub fn from_json(v: &serde_json::Value) -> Option<Summary> {
+        let cause = v.get("verdict")?.get("cause")?.as_str()?.to_string();
+        let load = v.get("load").filter(|l| !l.is_null());
+        let lat = |k: &str| load.and_then(|l| l["latency"][k].as_f64());
+        let stalls = v.get("capture").filter(|c| !c.is_null()).map(|c| {
+            c["findings"].as_array().map_or(0, |f| {
+                f.iter().filter(|x| x["kind"] == "nagle_delayed_ack").filter_map(|x| x["stalls"].as_u64()).sum()
+            })
+        });
+        Some(Summary {
+            url: v.get("url")?.as_str()?.to_string(),
+            cause,
+            p50_ms: lat("p50"),
+            p99_ms: lat("p99"),
+            requests_per_s: load.and_then(|l| l["requests_per_s"].as_f64()),
+            stalls,
+            lost_per_request_ms: v["verdict"]["lost_per_request_ms"].as_f64().unwrap_or(0.0),
+        })
+    }
+}
+
+/// Before and after a fix (`--verify URL2`, `--before FILE`, the demo).
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
     /// The diagnosis before the fix.
-    pub before: DiagnoseReport,
+    pub before: Summary,
     /// The diagnosis after.
-    pub after: DiagnoseReport,
+    pub after: Summary,
     /// Median latency under load, before ÷ after.
     pub speedup_p50: f64,
-    /// Whether the cause found before is gone after.
+    /// Whether the problem found before is gone after.
     pub fixed: bool,
+}
+
+impl Comparison {
+    /// Puts two diagnoses side by side.
+    pub fn new(before: Summary, after: Summary) -> Comparison {
+        let speedup = match (before.p50_ms, after.p50_ms) {
+            (Some(b), Some(a)) if a > 0.0 => ((b / a) * 10.0).round() / 10.0,
+            _ => 0.0,
+        };
+        let fixed = before.cause != "none" && matches!(after.cause.as_str(), "none" | "network");
+        Comparison { before, after, speedup_p50: speedup, fixed }
+    }
 }
 
 /// A step's one-line finding, for printing as the run goes.
@@ -246,38 +315,31 @@ pub fn render_verdict(r: &DiagnoseReport) -> String {
 pub fn render_comparison(c: &Comparison) -> String {
     let mut s = String::new();
     let row = |s: &mut String, what: &str, b: String, a: String| {
-        let _ = writeln!(s, "  {what:<26} {b:>18} {a:>18}");
+        let _ = writeln!(s, "  {what:<24} {b:>20} {a:>20}");
     };
+    let opt = |v: Option<f64>, f: fn(f64) -> String| v.map_or("-".to_string(), f);
     let _ = writeln!(s, "\nBEFORE / AFTER");
     row(&mut s, "", "before".into(), "after".into());
     row(&mut s, "url", short(&c.before.url), short(&c.after.url));
-    let lat =
-        |r: &DiagnoseReport, f: fn(&Distribution) -> f64| r.load.as_ref().map_or("-".into(), |l| ms(f(&l.latency)));
-    row(&mut s, "p50 under load", lat(&c.before, |d| d.p50), lat(&c.after, |d| d.p50));
-    row(&mut s, "p99 under load", lat(&c.before, |d| d.p99), lat(&c.after, |d| d.p99));
-    let rps = |r: &DiagnoseReport| r.load.as_ref().map_or("-".into(), |l| format!("{:.0}/s", l.requests_per_s));
-    row(&mut s, "requests", rps(&c.before), rps(&c.after));
-    let stalls = |r: &DiagnoseReport| {
-        r.capture.as_ref().map_or("-".into(), |cap| {
-            let n: u64 =
-                cap.findings.iter().map(|f| if let Finding::NagleDelayedAck(n) = f { n.stalls } else { 0 }).sum();
-            n.to_string()
-        })
-    };
-    row(&mut s, "Nagle stalls captured", stalls(&c.before), stalls(&c.after));
-    row(&mut s, "verdict", c.before.verdict.cause.into(), c.after.verdict.cause.into());
+    row(&mut s, "median under load", opt(c.before.p50_ms, ms), opt(c.after.p50_ms, ms));
+    row(&mut s, "p99 under load", opt(c.before.p99_ms, ms), opt(c.after.p99_ms, ms));
+    let rate = |v: f64| format!("{v:.0}/s");
+    row(&mut s, "requests", opt(c.before.requests_per_s, rate), opt(c.after.requests_per_s, rate));
+    let n = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    row(&mut s, "Nagle stalls captured", n(c.before.stalls), n(c.after.stalls));
+    row(&mut s, "verdict", c.before.cause.clone(), c.after.cause.clone());
     let _ = writeln!(
         s,
-        "{}: median latency under load {} -> {} ({:.0}x).",
+        "{}: median latency under load {} -> {}{}.",
         if c.fixed { "FIXED" } else { "NOT FIXED" },
-        lat(&c.before, |d| d.p50),
-        lat(&c.after, |d| d.p50),
-        c.speedup_p50
+        opt(c.before.p50_ms, ms),
+        opt(c.after.p50_ms, ms),
+        if c.speedup_p50 > 0.0 { format!(" ({:.0}x)", c.speedup_p50) } else { String::new() }
     );
     s
 }
 
 fn short(url: &str) -> String {
     let u = url.trim_start_matches("http://");
-    if u.chars().count() > 18 { format!("{}…", u.chars().take(17).collect::<String>()) } else { u.to_string() }
+    if u.chars().count() > 20 { format!("{}…", u.chars().take(19).collect::<String>()) } else { u.to_string() }
 }
