@@ -334,6 +334,32 @@ fn a_port_nobody_listens_on_is_unreachable() {
     assert!(v["load"].is_null());
 }
 
+/// Without root the verdict still comes from steps 1-3, and the record says
+/// which evidence is missing and why.
+#[test]
+fn unprivileged_runs_still_conclude_and_say_what_is_missing() {
+    if !common::require_root() || !common::require("setpriv") {
+        return;
+    }
+    let _g = serial();
+    let (_p, servers) = lab(&[]);
+    let nagle = url_of(&servers, "nagle");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .arg(env!("CARGO_BIN_EXE_tcpdoctor"))
+        .args(["diagnose", nagle, "--json"])
+        .output()
+        .unwrap();
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_nagle(out.status.code().unwrap(), &v, port_of(nagle));
+    assert_eq!(v["rtt"]["method"], "connect");
+    assert!(v["capture"].is_null() && v["server"].is_null());
+    let missing = v["missing"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect::<Vec<_>>().join("\n");
+    assert!(missing.contains("step 1") && missing.contains("raw SYN"), "{missing}");
+    assert!(missing.contains("step 4") && missing.contains("step 5"), "{missing}");
+}
+
 #[test]
 fn before_must_be_a_diagnose_record() {
     let dir = tmpdir("before");
