@@ -19,7 +19,7 @@ TD="$ROOT/target/release/tcpdoctor"
 OUT=$(mktemp)
 "$TD" lab --nginx --json -d 600s >"$OUT" &
 LAB=$!
-trap 'kill -INT $LAB 2>/dev/null || true; wait $LAB 2>/dev/null || true; rm -f "$OUT"' EXIT
+trap 'kill $LAB 2>/dev/null || true; wait $LAB 2>/dev/null || true; rm -f "$OUT"' EXIT
 for _ in $(seq 100); do grep -q '^]' "$OUT" && break; sleep 0.1; done
 URL=$(python3 -c 'import json,sys; print([s["url"] for s in json.load(open(sys.argv[1])) if s["name"] == "nginx-nodelay-off"][0])' "$OUT")
 

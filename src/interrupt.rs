@@ -6,20 +6,32 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigint(_: libc::c_int) {
+extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// Clears the flag and arms the handler.
+/// Clears the flag and arms the handler for Ctrl-C.
 pub fn catch() {
+    arm(&[libc::SIGINT]);
+}
+
+/// Like [`catch`], and SIGTERM and SIGHUP too: for verbs that own other
+/// processes (lab's nginx), which must be stopped however we are asked to end.
+pub fn catch_all() {
+    arm(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP]);
+}
+
+fn arm(signals: &[libc::c_int]) {
     STOP.store(false, Ordering::Relaxed);
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigint as *const () as usize;
+        sa.sa_sigaction = on_signal as *const () as usize;
         sa.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+        for &sig in signals {
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
     }
 }
 

@@ -178,8 +178,9 @@ fn nginx_tcp_nodelay_off_stalls_and_on_does_not() {
         return;
     }
     let _g = serial();
-    let (_p, servers) = lab(&["--nginx"]);
+    let (p, servers) = lab(&["--nginx"]);
     let (off, on) = (url_of(&servers, "nginx-nodelay-off"), url_of(&servers, "nginx-nodelay-on"));
+    let pids: Vec<u32> = ["nginx-nodelay-off", "nginx-nodelay-on"].iter().map(|n| nginx_pid(n, off, on)).collect();
     let out = bin().args(["diagnose", off, "--json"]).output().unwrap();
     let dir = tmpdir("nginx");
     let saved = dir.join("before.json");
@@ -207,6 +208,21 @@ fn nginx_tcp_nodelay_off_stalls_and_on_does_not() {
     let (code, v) = diagnose(off, &["--before", saved.to_str().unwrap()]);
     assert_eq!((code, &v["comparison"]["fixed"]), (1, &Value::Bool(false)));
     let _ = std::fs::remove_dir_all(dir);
+
+    // SIGTERM to lab (what Proc's drop sends) stops its nginx processes too.
+    drop(p);
+    for pid in pids {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "nginx {pid} outlived lab");
+    }
+}
+
+/// The PID of the nginx serving `name`'s URL: the process listening on its port.
+fn nginx_pid(name: &str, off: &str, on: &str) -> u32 {
+    let port = port_of(if name.ends_with("off") { off } else { on });
+    let out = Command::new("ss").args(["-Hltnp", &format!("sport = :{port}")]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let pid = text.split("pid=").nth(1).and_then(|t| t.split(',').next()).and_then(|p| p.parse().ok());
+    pid.unwrap_or_else(|| panic!("no pid in {text:?}"))
 }
 
 fn javac(dir: &Path) {

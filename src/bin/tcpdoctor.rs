@@ -578,7 +578,7 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
 
 fn run_lab(a: LabArgs) -> ExitCode {
     use tcpdoctor::lab::{Mode, Server, nginx::Nginx};
-    tcpdoctor::interrupt::catch();
+    tcpdoctor::interrupt::catch_all();
     let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let mut servers = Vec::new();
     for m in [Mode::Nagle, Mode::NoDelay, Mode::Think(Duration::from_millis(45))] {

@@ -3,6 +3,7 @@
 //! file: two writes, the seed's nginx case).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -76,7 +77,16 @@ impl Nginx {
             std::fs::write(dir.join("nginx.conf"), config(&dir, addr, nodelay))
         };
         setup().map_err(|e| format!("cannot write nginx's files in {}: {e}", dir.display()))?;
-        let child = Command::new(&bin)
+        let mut cmd = Command::new(&bin);
+        // SAFETY: prctl is async-signal-safe and touches only the child. If this
+        // process dies without stopping nginx (SIGKILL), the kernel stops it.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd
             .arg("-p")
             .arg(&dir)
             .arg("-c")
