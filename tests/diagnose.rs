@@ -377,6 +377,16 @@ fn unprivileged_runs_still_conclude_and_say_what_is_missing() {
 }
 
 #[test]
+fn lab_on_a_taken_port_fails_in_one_line() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = bin().args(["lab", "-d", "1s", "-p", &port.to_string()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")) && err.contains("in use") && err.lines().count() == 1, "{err}");
+}
+
+#[test]
 fn before_must_be_a_diagnose_record() {
     let dir = tmpdir("before");
     let f = dir.join("x.json");

@@ -139,6 +139,9 @@ struct LabArgs {
     /// Stop by itself after this long (default: until Ctrl-C).
     #[arg(short = 'd', long, value_parser = parse_run_length)]
     duration: Option<Duration>,
+    /// Listen on PORT, PORT+1, … in the order listed (default: free ports).
+    #[arg(short = 'p', long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..=65530))]
+    port: Option<u16>,
     /// Print the servers as JSON.
     #[arg(long)]
     json: bool,
@@ -579,12 +582,13 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
 fn run_lab(a: LabArgs) -> ExitCode {
     use tcpdoctor::lab::{Mode, Server, nginx::Nginx};
     tcpdoctor::interrupt::catch_all();
-    let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let port = |i: u16| a.port.map_or(0, |p| p + i);
     let mut servers = Vec::new();
-    for m in [Mode::Nagle, Mode::NoDelay, Mode::Think(Duration::from_millis(45))] {
+    for (i, m) in [Mode::Nagle, Mode::NoDelay, Mode::Think(Duration::from_millis(45))].into_iter().enumerate() {
+        let bind = std::net::SocketAddr::from(([127, 0, 0, 1], port(i as u16)));
         match Server::start(m, bind) {
             Ok(s) => servers.push(s),
-            Err(e) => return fail(exit::INPUT, format!("cannot start the {} lab server on 127.0.0.1: {e}", m.name())),
+            Err(e) => return fail(exit::INPUT, format!("cannot start the {} lab server on {bind}: {e}", m.name())),
         }
     }
     let mut rows: Vec<serde_json::Value> = servers
@@ -593,8 +597,8 @@ fn run_lab(a: LabArgs) -> ExitCode {
         .collect();
     let mut nginxes = Vec::new();
     if a.nginx {
-        for on in [false, true] {
-            match Nginx::start(on) {
+        for (i, on) in [(3, false), (4, true)] {
+            match Nginx::start(on, port(i)) {
                 Ok(n) => {
                     rows.push(serde_json::json!({
                         "name": if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" },

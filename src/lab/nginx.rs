@@ -63,11 +63,14 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 impl Nginx {
-    /// Starts nginx on 127.0.0.1 (a free port) and waits until it accepts.
-    /// The error says what to install or what nginx complained about.
-    pub fn start(nodelay: bool) -> Result<Nginx, String> {
+    /// Starts nginx on 127.0.0.1:`port` (0: a free port) and waits until it
+    /// accepts. The error says what to install or what nginx complained about.
+    pub fn start(nodelay: bool, port: u16) -> Result<Nginx, String> {
         let bin = find().ok_or("nginx is not installed: apt-get install nginx-light (or nginx), then run again")?;
-        let port = free_port().map_err(|e| format!("cannot pick a free port on 127.0.0.1: {e}"))?;
+        let port = match port {
+            0 => free_port().map_err(|e| format!("cannot pick a free port on 127.0.0.1: {e}"))?,
+            p => p,
+        };
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let dir = std::env::temp_dir().join(format!("tcpdoctor-lab-nginx-{}-{port}", std::process::id()));
         let setup = || -> std::io::Result<()> {
