@@ -1,8 +1,9 @@
-//! What `probe` and `trace` share on the command-line side: durations,
-//! resolving the target, errors.
+//! What the instruments share on the command-line side: durations,
+//! resolving the target, errors, Ctrl-C.
 
 use std::fmt;
 use std::net::{IpAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Longest duration accepted for an interval or timeout: beyond it a typo
@@ -62,6 +63,27 @@ pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}`: must be more than 0"));
     }
     Ok(d)
+}
+
+/// Set by Ctrl-C once [`catch_ctrl_c`] has run; long runs (`bench`,
+/// `capture`) poll it, stop early and still report what they have.
+pub static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Clears [`STOP`] and makes the next Ctrl-C set it; a second Ctrl-C kills.
+pub fn catch_ctrl_c() {
+    STOP.store(false, Ordering::Relaxed);
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigint as *const () as usize;
+        sa.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
 }
 
 /// Which address family to use.

@@ -12,10 +12,11 @@ mod sock;
 mod worker;
 
 use crate::dist::Dist;
+use crate::measure::common::{STOP, catch_ctrl_c};
 use crate::report::bench::{BenchOptions, BenchReport, Distribution, Errors, ThreadRate};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// What the user asked for.
@@ -287,25 +288,6 @@ impl Stats {
     }
 }
 
-/// Set by Ctrl-C; workers stop at their next wake-up (≤ 10 ms).
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-/// Ctrl-C stops the run and prints what was measured; a second one kills.
-fn catch_ctrl_c() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigint as *const () as usize;
-        sa.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-    }
-}
-
 fn distribution(d: &Dist) -> Distribution {
     let (mean, stdev) = d.mean_stdev_ms();
     let within = if d.count() == 0 { 0.0 } else { d.share_between(mean - stdev, mean + stdev) * 100.0 };
@@ -440,7 +422,7 @@ raise it (`ulimit -n {need}`) or use fewer connections",
 pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<BenchReport, BenchError> {
     let cfg = Config::new(o)?;
     ensure_fd_limit(cfg.connections)?;
-    STOP.store(false, Ordering::Relaxed);
+    // Workers stop at their next wake-up (≤ 10 ms) after Ctrl-C.
     catch_ctrl_c();
     let start = Instant::now();
     let deadline = start + cfg.duration;
