@@ -333,8 +333,74 @@ fn append(
 
 #[cfg(test)]
 mod tests {
+    use super::ring::{TestFrame, test_block};
     use super::*;
-    use crate::capture::Capture;
+    use crate::capture::{Capture, Network, network_layer};
+
+    /// An Ethernet frame carrying a minimal IPv4 header.
+    fn ether() -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00, 0x45];
+        f.resize(34, 0);
+        f
+    }
+
+    /// Runs `append` on one block and reads the result back as pcap.
+    fn written(output: Output, snaplen: u32, max: Option<u64>, frames: &[TestFrame<'_>]) -> (Vec<u8>, LiveStats) {
+        let link = match output {
+            Output::Ethernet => LinkType::ETHERNET,
+            Output::Cooked => LinkType::LINUX_SLL,
+            Output::Raw => LinkType::RAW,
+        };
+        let mut buf = pcap_header(snaplen, link);
+        let mut stats = LiveStats::default();
+        append(&test_block(frames), output, snaplen, max, &mut buf, &mut stats);
+        (buf, stats)
+    }
+
+    #[test]
+    fn vlan_tags_are_put_back_and_loopback_copies_dropped() {
+        let data = ether();
+        let f = TestFrame { sec: 1, nsec: 5, len: 34, data: &data, ..TestFrame::default() };
+        let tagged = TestFrame { status: libc::TP_STATUS_VLAN_VALID, vlan_tci: 10, ..f };
+        let qinq = TestFrame { status: tagged.status | libc::TP_STATUS_VLAN_TPID_VALID, vlan_tpid: 0x88a8, ..tagged };
+        let out_lo = TestFrame { hatype: libc::ARPHRD_LOOPBACK, pkttype: libc::PACKET_OUTGOING, ..f };
+        let (pcap, stats) = written(Output::Ethernet, 1000, None, &[f, tagged, out_lo, qinq]);
+        assert_eq!(stats, LiveStats { packets: 3, bytes: 34 + 38 + 38, kernel_drops: 0, loopback_duplicates: 1 });
+        let cap = Capture::from_bytes("t", pcap);
+        let p: Vec<_> = cap.packets().unwrap().collect();
+        assert_eq!(p.len(), 3);
+        assert_eq!((p[0].ts_ns, p[0].data, p[0].orig_len), (1_000_000_005, &data[..], 34));
+        assert_eq!(&p[1].data[12..16], &[0x81, 0x00, 0, 10]);
+        assert_eq!(&p[2].data[12..16], &[0x88, 0xa8, 0, 10]);
+        assert_eq!(p[1].orig_len, 38);
+        for q in &p {
+            assert_eq!(network_layer(q.link, q.data), Network::Ipv4(&data[14..]));
+        }
+    }
+
+    #[test]
+    fn cooked_headers_snaplen_and_count() {
+        let ip = &ether()[14..];
+        let f = TestFrame {
+            len: 20,
+            hatype: libc::ARPHRD_ETHER,
+            pkttype: libc::PACKET_OUTGOING,
+            protocol: [0x08, 0x00],
+            data: ip,
+            ..TestFrame::default()
+        };
+        let (pcap, stats) = written(Output::Cooked, 30, Some(2), &[f, f, f]);
+        assert_eq!((stats.packets, stats.bytes), (2, 60), "count stops it; the header counts in the snap length");
+        let cap = Capture::from_bytes("t", pcap);
+        let p: Vec<_> = cap.packets().unwrap().collect();
+        assert_eq!(p.len(), 2);
+        assert_eq!(&p[0].data[..16], &[0, 4, 0, 1, 0, 6, 2, 0, 0, 0, 0, 9, 0, 0, 0x08, 0x00]);
+        assert_eq!((p[0].data.len(), p[0].orig_len), (30, 36));
+        assert_eq!(network_layer(p[0].link, p[0].data), Network::Ipv4(&ip[..14]));
+        let (pcap, _) = written(Output::Raw, 1000, None, &[f]);
+        let cap = Capture::from_bytes("t", pcap);
+        assert_eq!(network_layer(LinkType::RAW, cap.packets().unwrap().next().unwrap().data), Network::Ipv4(ip));
+    }
 
     #[test]
     fn header_is_nanosecond_pcap() {

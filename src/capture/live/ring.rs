@@ -266,28 +266,62 @@ fn frame(b: &[u8], at: usize) -> Option<Frame<'_>> {
     })
 }
 
+/// A frame for [`test_block`].
+#[cfg(test)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TestFrame<'a> {
+    pub(crate) sec: u32,
+    pub(crate) nsec: u32,
+    pub(crate) len: u32,
+    pub(crate) status: u32,
+    pub(crate) vlan_tci: u16,
+    pub(crate) vlan_tpid: u16,
+    pub(crate) protocol: [u8; 2],
+    pub(crate) hatype: u16,
+    pub(crate) pkttype: u8,
+    pub(crate) data: &'a [u8],
+}
+
+/// A block laid out as the kernel hands one over.
+#[cfg(test)]
+pub(crate) fn test_block(frames: &[TestFrame<'_>]) -> Vec<u8> {
+    let put = |b: &mut Vec<u8>, at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
+    let mut b = vec![0u8; 48];
+    put(&mut b, 8, &libc::TP_STATUS_USER.to_ne_bytes());
+    put(&mut b, 12, &(frames.len() as u32).to_ne_bytes());
+    put(&mut b, 16, &48u32.to_ne_bytes());
+    for (i, f) in frames.iter().enumerate() {
+        let at = b.len();
+        let size = (80 + f.data.len()).next_multiple_of(16);
+        b.resize(at + size, 0);
+        let next = if i + 1 == frames.len() { 0 } else { size as u32 };
+        put(&mut b, at, &next.to_ne_bytes());
+        put(&mut b, at + 4, &f.sec.to_ne_bytes());
+        put(&mut b, at + 8, &f.nsec.to_ne_bytes());
+        put(&mut b, at + 12, &(f.data.len() as u32).to_ne_bytes());
+        put(&mut b, at + 16, &f.len.to_ne_bytes());
+        put(&mut b, at + 20, &f.status.to_ne_bytes());
+        put(&mut b, at + 24, &80u16.to_ne_bytes());
+        put(&mut b, at + 32, &u32::from(f.vlan_tci).to_ne_bytes());
+        put(&mut b, at + 36, &f.vlan_tpid.to_ne_bytes());
+        put(&mut b, at + 50, &f.protocol);
+        put(&mut b, at + 56, &f.hatype.to_ne_bytes());
+        b[at + 58] = f.pkttype;
+        b[at + 59] = 6;
+        put(&mut b, at + 60, &[2, 0, 0, 0, 0, 9]);
+        put(&mut b, at + 80, f.data);
+    }
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A block as the kernel lays one out, with two packets.
+    /// Two packets: one sent on loopback, one received.
     fn block() -> Vec<u8> {
-        let mut b = vec![0u8; 4096];
-        b[8..12].copy_from_slice(&libc::TP_STATUS_USER.to_ne_bytes());
-        b[12..16].copy_from_slice(&2u32.to_ne_bytes());
-        b[16..20].copy_from_slice(&48u32.to_ne_bytes());
-        for (at, next, payload) in [(48usize, 160u32, &b"abcd"[..]), (208, 0, &b"xyz"[..])] {
-            b[at..at + 4].copy_from_slice(&next.to_ne_bytes());
-            b[at + 4..at + 8].copy_from_slice(&7u32.to_ne_bytes());
-            b[at + 8..at + 12].copy_from_slice(&999_999_999u32.to_ne_bytes());
-            b[at + 12..at + 16].copy_from_slice(&(payload.len() as u32).to_ne_bytes());
-            b[at + 16..at + 20].copy_from_slice(&100u32.to_ne_bytes());
-            b[at + 24..at + 26].copy_from_slice(&80u16.to_ne_bytes());
-            b[at + 48 + 8..at + 48 + 10].copy_from_slice(&772u16.to_ne_bytes());
-            b[at + 48 + 10] = 4;
-            b[at + 80..at + 80 + payload.len()].copy_from_slice(payload);
-        }
-        b
+        let f = TestFrame { sec: 7, nsec: 999_999_999, len: 100, hatype: 772, ..TestFrame::default() };
+        test_block(&[TestFrame { pkttype: 4, data: b"abcd", ..f }, TestFrame { data: b"xyz", ..f }])
     }
 
     #[test]
@@ -295,8 +329,9 @@ mod tests {
         let b = block();
         let f: Vec<Frame<'_>> = frames(&b).collect();
         assert_eq!(f.len(), 2);
-        assert_eq!((f[0].sec, f[0].nsec, f[0].len, f[0].data), (7, 999_999_999, 100, &b"abcd"[..]));
-        assert_eq!((f[1].hatype, f[1].pkttype, f[1].data), (772, 4, &b"xyz"[..]));
+        assert_eq!((f[0].sec, f[0].nsec, f[0].len, f[0].pkttype, f[0].data), (7, 999_999_999, 100, 4, &b"abcd"[..]));
+        assert_eq!((f[1].hatype, f[1].pkttype, f[1].halen, f[1].data), (772, 0, 6, &b"xyz"[..]));
+        assert_eq!(f[1].addr, [2, 0, 0, 0, 0, 9, 0, 0]);
     }
 
     #[test]
