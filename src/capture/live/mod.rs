@@ -260,9 +260,11 @@ fn write_error(e: io::Error) -> LiveError {
     LiveError::Write(format!("cannot write the capture: {e}"))
 }
 
+/// Writes what `buf` holds and flushes, so a reader of a pipe sees each
+/// block as it comes (standard output is line-buffered).
 fn flush(out: &mut dyn Write, buf: &mut Vec<u8>) -> Result<(), LiveError> {
     if !buf.is_empty() {
-        out.write_all(buf).map_err(write_error)?;
+        out.write_all(buf).and_then(|()| out.flush()).map_err(write_error)?;
         buf.clear();
     }
     Ok(())
@@ -333,7 +335,7 @@ fn append(
 
 #[cfg(test)]
 mod tests {
-    use super::ring::{TestFrame, test_block};
+    use super::ring::{Frame, test_block};
     use super::*;
     use crate::capture::{Capture, Network, network_layer};
 
@@ -345,7 +347,7 @@ mod tests {
     }
 
     /// Runs `append` on one block and reads the result back as pcap.
-    fn written(output: Output, snaplen: u32, max: Option<u64>, frames: &[TestFrame<'_>]) -> (Vec<u8>, LiveStats) {
+    fn written(output: Output, snaplen: u32, max: Option<u64>, frames: &[Frame<'_>]) -> (Vec<u8>, LiveStats) {
         let link = match output {
             Output::Ethernet => LinkType::ETHERNET,
             Output::Cooked => LinkType::LINUX_SLL,
@@ -360,10 +362,10 @@ mod tests {
     #[test]
     fn vlan_tags_are_put_back_and_loopback_copies_dropped() {
         let data = ether();
-        let f = TestFrame { sec: 1, nsec: 5, len: 34, data: &data, ..TestFrame::default() };
-        let tagged = TestFrame { status: libc::TP_STATUS_VLAN_VALID, vlan_tci: 10, ..f };
-        let qinq = TestFrame { status: tagged.status | libc::TP_STATUS_VLAN_TPID_VALID, vlan_tpid: 0x88a8, ..tagged };
-        let out_lo = TestFrame { hatype: libc::ARPHRD_LOOPBACK, pkttype: libc::PACKET_OUTGOING, ..f };
+        let f = Frame { sec: 1, nsec: 5, len: 34, data: &data, ..Frame::default() };
+        let tagged = Frame { status: libc::TP_STATUS_VLAN_VALID, vlan_tci: 10, ..f };
+        let qinq = Frame { status: tagged.status | libc::TP_STATUS_VLAN_TPID_VALID, vlan_tpid: 0x88a8, ..tagged };
+        let out_lo = Frame { hatype: libc::ARPHRD_LOOPBACK, pkttype: libc::PACKET_OUTGOING, ..f };
         let (pcap, stats) = written(Output::Ethernet, 1000, None, &[f, tagged, out_lo, qinq]);
         assert_eq!(stats, LiveStats { packets: 3, bytes: 34 + 38 + 38, kernel_drops: 0, loopback_duplicates: 1 });
         let cap = Capture::from_bytes("t", pcap);
@@ -381,13 +383,15 @@ mod tests {
     #[test]
     fn cooked_headers_snaplen_and_count() {
         let ip = &ether()[14..];
-        let f = TestFrame {
+        let f = Frame {
             len: 20,
             hatype: libc::ARPHRD_ETHER,
             pkttype: libc::PACKET_OUTGOING,
             protocol: [0x08, 0x00],
+            halen: 6,
+            addr: [2, 0, 0, 0, 0, 9, 0, 0],
             data: ip,
-            ..TestFrame::default()
+            ..Frame::default()
         };
         let (pcap, stats) = written(Output::Cooked, 30, Some(2), &[f, f, f]);
         assert_eq!((stats.packets, stats.bytes), (2, 60), "count stops it; the header counts in the snap length");

@@ -199,6 +199,7 @@ impl Ring {
 
 /// One packet of a block.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(test, derive(Default))]
 pub(crate) struct Frame<'a> {
     pub(crate) sec: u32,
     pub(crate) nsec: u32,
@@ -266,25 +267,9 @@ fn frame(b: &[u8], at: usize) -> Option<Frame<'_>> {
     })
 }
 
-/// A frame for [`test_block`].
-#[cfg(test)]
-#[derive(Clone, Copy, Default)]
-pub(crate) struct TestFrame<'a> {
-    pub(crate) sec: u32,
-    pub(crate) nsec: u32,
-    pub(crate) len: u32,
-    pub(crate) status: u32,
-    pub(crate) vlan_tci: u16,
-    pub(crate) vlan_tpid: u16,
-    pub(crate) protocol: [u8; 2],
-    pub(crate) hatype: u16,
-    pub(crate) pkttype: u8,
-    pub(crate) data: &'a [u8],
-}
-
 /// A block laid out as the kernel hands one over.
 #[cfg(test)]
-pub(crate) fn test_block(frames: &[TestFrame<'_>]) -> Vec<u8> {
+pub(crate) fn test_block(frames: &[Frame<'_>]) -> Vec<u8> {
     let put = |b: &mut Vec<u8>, at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
     let mut b = vec![0u8; 48];
     put(&mut b, 8, &libc::TP_STATUS_USER.to_ne_bytes());
@@ -307,8 +292,8 @@ pub(crate) fn test_block(frames: &[TestFrame<'_>]) -> Vec<u8> {
         put(&mut b, at + 50, &f.protocol);
         put(&mut b, at + 56, &f.hatype.to_ne_bytes());
         b[at + 58] = f.pkttype;
-        b[at + 59] = 6;
-        put(&mut b, at + 60, &[2, 0, 0, 0, 0, 9]);
+        b[at + 59] = f.halen;
+        put(&mut b, at + 60, &f.addr);
         put(&mut b, at + 80, f.data);
     }
     b
@@ -320,8 +305,9 @@ mod tests {
 
     /// Two packets: one sent on loopback, one received.
     fn block() -> Vec<u8> {
-        let f = TestFrame { sec: 7, nsec: 999_999_999, len: 100, hatype: 772, ..TestFrame::default() };
-        test_block(&[TestFrame { pkttype: 4, data: b"abcd", ..f }, TestFrame { data: b"xyz", ..f }])
+        let f = Frame { sec: 7, nsec: 999_999_999, len: 100, hatype: 772, halen: 6, ..Frame::default() };
+        let f = Frame { addr: [2, 0, 0, 0, 0, 9, 0, 0], ..f };
+        test_block(&[Frame { pkttype: 4, data: b"abcd", ..f }, Frame { data: b"xyz", ..f }])
     }
 
     #[test]
