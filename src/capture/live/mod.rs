@@ -39,8 +39,8 @@ pub const MAX_SNAPLEN: u32 = 262_144;
 /// Size of the receive ring: a few ms of a busy 10 Gb/s link, and enough
 /// for a loopback benchmark between two reads.
 const RING_BYTES: u32 = 8 << 20;
-/// A block goes to user space this long after its first packet even if not
-/// full, so a short capture does not wait for a block to fill.
+/// A block holding packets goes to user space within this time even if not
+/// full (the kernel's retire timer), so packets do not wait for a block to fill.
 const BLOCK_TIMEOUT_MS: u32 = 4;
 /// Longest sleep between looks at the stop flag.
 const POLL: Duration = Duration::from_millis(50);

@@ -145,7 +145,7 @@ pub(crate) struct Ring {
 
 impl Ring {
     /// Asks the kernel for the ring (PACKET_RX_RING) and maps it. A block is
-    /// handed over when full or `timeout_ms` after its first packet.
+    /// handed over when full, or within `timeout_ms` once it holds a packet.
     pub(crate) fn new(fd: BorrowedFd<'_>, block_size: u32, blocks: u32, timeout_ms: u32) -> io::Result<Ring> {
         // TPACKET_V3 packs variable-size frames into blocks; the frame size
         // only has to divide the block size.
