@@ -7,8 +7,9 @@
 use crate::wire::Segment;
 use std::net::IpAddr;
 
+/// Which address or port of a segment a primitive looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dir {
+pub(crate) enum Dir {
     Src,
     Dst,
     Either,
@@ -23,8 +24,9 @@ enum Kind {
     PortRange,
 }
 
+/// The parsed expression (also compiled to classic BPF by `capture::live`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Expr {
+pub(crate) enum Expr {
     True,
     False,
     V4,
@@ -63,6 +65,11 @@ impl Filter {
             return Err(format!("unexpected '{}' at word {}; {HELP}", words[p.i], p.i + 1));
         }
         Ok(Filter { expr })
+    }
+
+    /// The parsed expression.
+    pub(crate) fn expr(&self) -> &Expr {
+        &self.expr
     }
 
     /// Whether a segment passes.

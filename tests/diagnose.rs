@@ -5,11 +5,12 @@
 
 mod common;
 
+use common::Proc;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -22,25 +23,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tcpdoctor"))
-}
-
-/// A child process stopped (SIGTERM, then SIGKILL) by its PID when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own unreaped child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(3) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn free_port() -> u16 {
@@ -136,7 +118,7 @@ fn port_of(url: &str) -> u16 {
 #[test]
 fn lab_servers_nagle_control_and_think_decoy() {
     let _g = serial();
-    let (mut p, servers) = lab(&[]);
+    let (p, servers) = lab(&[]);
     let nagle = url_of(&servers, "nagle");
     let (code, v) = diagnose(nagle, &[]);
     assert_nagle(code, &v, port_of(nagle));
@@ -156,17 +138,7 @@ fn lab_servers_nagle_control_and_think_decoy() {
 
     // Ctrl-C stops lab, and its servers with it.
     let ports: Vec<u16> = servers.iter().map(|(_, u)| port_of(u)).collect();
-    // SAFETY: SIGINT to our own child.
-    unsafe { libc::kill(p.0.id() as i32, libc::SIGINT) };
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = p.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t.elapsed() < Duration::from_secs(5), "lab did not stop on Ctrl-C");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success());
+    assert!(p.interrupt(Duration::from_secs(5)).success());
     for port in ports {
         assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "port {port} still open");
     }

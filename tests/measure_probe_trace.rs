@@ -7,32 +7,13 @@
 
 mod common;
 
+use common::{Namespaces, Proc, run_bounded, sh};
 use serde_json::Value;
 use std::net::TcpListener;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpdoctor");
-
-/// Runs `cmd` to completion, killing it (by PID) if it outlives `limit`.
-fn run_bounded(mut cmd: Command, limit: Duration) -> (Output, Duration) {
-    let start = Instant::now();
-    let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawns");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => (out.expect("waits"), start.elapsed()),
-        Err(_) => {
-            // SAFETY: kill(2) on the PID of the child this test started.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            panic!("{cmd:?} still running after {limit:?}; killed");
-        }
-    }
-}
 
 /// Runs tcpdoctor with `args` (inside namespace `ns` when given), bounded.
 fn tcpdoctor(ns: Option<&str>, args: &[&str], limit: Duration) -> (i32, String, String, Duration) {
@@ -57,81 +38,16 @@ fn json(stdout: &str) -> Value {
     serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}"))
 }
 
-/// Runs a setup command that must work.
-fn sh(args: &[&str]) {
-    let (out, _) = run_bounded(
-        {
-            let mut c = Command::new(args[0]);
-            c.args(&args[1..]);
-            c
-        },
-        Duration::from_secs(20),
-    );
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// Network namespaces made by this test; deleted on drop, even after a panic.
-struct Namespaces(Vec<String>);
-
-impl Namespaces {
-    /// Creates `ns{pid}{suffix}` for each suffix, each with `lo` up.
-    fn new(suffixes: &[&str]) -> Namespaces {
-        let pid = std::process::id();
-        let mut all = Namespaces(Vec::new());
-        for s in suffixes {
-            let name = format!("tcpd{pid}{s}");
-            sh(&["ip", "netns", "add", &name]);
-            all.0.push(name.clone());
-            sh(&["ip", "-n", &name, "link", "set", "lo", "up"]);
-        }
-        all
-    }
-    fn get(&self, i: usize) -> &str {
-        &self.0[i]
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-/// A process this test started; killed by PID on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts a TCP listener on port 80 inside `ns` (python3, bounded by its own
 /// 60 s sleep) and waits until it listens.
 fn listen_in(ns: &str) -> Proc {
-    let mut c = Command::new("ip")
-        .args(["netns", "exec", ns, "python3", "-c"])
-        .arg(
-            "import socket, sys, time\n\
-             s = socket.socket(); s.bind(('0.0.0.0', 80)); s.listen(64)\n\
-             print('ready', flush=True); time.sleep(60)",
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let out = c.stdout.take().expect("piped");
-    let p = Proc(c);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(10)).expect("listener starts within 10 s");
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "python3", "-c"]).arg(
+        "import socket, sys, time\n\
+         s = socket.socket(); s.bind(('0.0.0.0', 80)); s.listen(64)\n\
+         print('ready', flush=True); time.sleep(60)",
+    );
+    let (p, line) = Proc::started(c);
     assert_eq!(line.trim(), "ready");
     p
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tcpdoctor::analyze::{self, Options};
 use tcpdoctor::capture::Capture;
+use tcpdoctor::capture::live::{LiveCapture, LiveError, LiveOptions, MAX_SNAPLEN};
 use tcpdoctor::diagnose;
 use tcpdoctor::filter::Filter;
 use tcpdoctor::measure::common::{
@@ -27,7 +28,8 @@ mod exit {
     pub const PARTIAL: u8 = 4;
     /// probe: no probe got a TCP answer; trace: the destination did not answer.
     pub const NO_REPLY: u8 = 1;
-    /// probe/trace could not measure: a socket call failed (no route, no permission…).
+    /// probe/trace could not measure, capture could not capture: a socket call
+    /// failed (no route, no permission…).
     pub const NET: u8 = 5;
 }
 
@@ -70,6 +72,16 @@ no route, no permission).")]
 Exit codes: 0 destination reached (open or closed); 1 not reached (max hops, or ICMP unreachable); 2 bad command \
 line; 3 HOST cannot be resolved; 5 cannot measure (a socket call failed).")]
     Trace(TraceArgs),
+    /// Capture TCP packets to a pcap file, like `tcpdump -w` (no libpcap needed).
+    #[command(after_help = "Only TCP over IPv4 and IPv6 is captured; FILTER narrows it further (tcpdump syntax: \
+[src|dst] host ADDR, net ADDR/LEN, port N, portrange N-M, tcp, ip, ip6, and, or, not, parentheses). The filter \
+runs in the kernel. Timestamps are in nanoseconds. On loopback, the outgoing copy of each packet is left out. \
+Ctrl-C stops the capture and leaves a complete file. Needs CAP_NET_RAW (root, or `setcap cap_net_raw+ep` on the \
+binary).
+
+Exit codes: 0 captured (even 0 packets); 2 bad command line or filter; 3 no such interface, or FILE cannot be \
+written; 5 cannot capture (no CAP_NET_RAW, interface down, a socket call failed).")]
+    Capture(CaptureArgs),
     /// The whole method against a URL: RTT, alone vs under load, quick-ACK A/B, capture, server process, verdict.
     #[command(after_help = "Step 4 (capture) needs CAP_NET_RAW and step 5 (server process) needs the server on this \
 host and ptrace permission over it; without them the verdict comes from steps 1-3 and NOT CHECKED says what is \
@@ -324,6 +336,29 @@ struct TraceArgs {
     /// Print the results as JSON (schema in the README).
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args)]
+struct CaptureArgs {
+    /// Interface to capture on; `any` for all of them (written with Linux cooked headers).
+    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
+    iface: String,
+    /// Filter, tcpdump-style, e.g. `tcp port 8080 and host 10.0.0.1` (quoted or as separate words).
+    #[arg(value_name = "FILTER")]
+    filter: Vec<String>,
+    /// Write the packets to this pcap file; `-` for standard output.
+    #[arg(short = 'w', value_name = "FILE")]
+    write: PathBuf,
+    /// Stop after this long, e.g. 10s, 2m (default: until Ctrl-C or -c).
+    #[arg(long, value_parser = parse_run_length, value_name = "DURATION")]
+    duration: Option<Duration>,
+    /// Stop after this many packets.
+    #[arg(short = 'c', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    count: Option<u64>,
+    /// Bytes kept of each packet (0 means 262144, the most).
+    #[arg(short = 's', long, default_value_t = MAX_SNAPLEN, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=MAX_SNAPLEN as i64))]
+    snaplen: u32,
 }
 
 #[derive(clap::Args)]
@@ -654,6 +689,53 @@ fn run_demo(json: bool) -> ExitCode {
     }
 }
 
+fn run_capture(a: CaptureArgs) -> ExitCode {
+    let filter = if a.filter.is_empty() {
+        None
+    } else {
+        match Filter::parse(&a.filter.join(" ")) {
+            Ok(f) => Some(f),
+            Err(e) => return fail(exit::USAGE, format!("filter: {e}")),
+        }
+    };
+    let o = LiveOptions { iface: a.iface.clone(), filter, snaplen: a.snaplen };
+    let mut cap = match LiveCapture::open(&o) {
+        Ok(c) => c,
+        Err(e) => return fail(live_exit(&e), e),
+    };
+    let name = a.write.display().to_string();
+    let mut out: Box<dyn Write> = if name == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        match std::fs::File::create(&a.write) {
+            Ok(f) => Box::new(f),
+            Err(e) => return fail(exit::INPUT, format!("{name}: cannot write: {e}")),
+        }
+    };
+    tcpdoctor::interrupt::catch();
+    eprintln!("tcpdoctor: capturing on {}, link-type {}, snapshot length {} bytes", a.iface, cap.link(), cap.snaplen());
+    let deadline = a.duration.map(|d| std::time::Instant::now() + d);
+    match cap.record(&mut out, tcpdoctor::interrupt::flag(), deadline, a.count) {
+        Ok(s) => {
+            eprintln!(
+                "{} packets captured, {} dropped by kernel, {} loopback duplicates removed",
+                s.packets, s.kernel_drops, s.loopback_duplicates
+            );
+            ExitCode::from(exit::OK)
+        }
+        Err(e @ LiveError::Write(_)) => fail(exit::INPUT, format!("{name}: {e}")),
+        Err(e) => fail(live_exit(&e), e),
+    }
+}
+
+fn live_exit(e: &LiveError) -> u8 {
+    match e {
+        LiveError::Filter(_) => exit::USAGE,
+        LiveError::NoInterface(_) | LiveError::Write(_) => exit::INPUT,
+        LiveError::Permission(_) | LiveError::Io(_) => exit::NET,
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -661,6 +743,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => run_bench(a),
         Cmd::Probe(a) => run_probe(a),
         Cmd::Trace(a) => run_trace(a),
+        Cmd::Capture(a) => run_capture(a),
         Cmd::Diagnose(a) => run_diagnose(a),
         Cmd::Lab(a) => run_lab(a),
         Cmd::Demo { json, offline: false } => run_demo(json),

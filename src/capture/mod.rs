@@ -5,6 +5,7 @@
 //! [`Packets::damage`], so the caller keeps what was read before it.
 
 mod link;
+pub mod live;
 mod pcap;
 mod pcapng;
 

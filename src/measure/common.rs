@@ -1,5 +1,5 @@
-//! What `probe` and `trace` share on the command-line side: durations,
-//! resolving the target, errors.
+//! What the instruments share on the command-line side: durations,
+//! resolving the target, errors, Ctrl-C.
 
 use std::fmt;
 use std::net::{IpAddr, ToSocketAddrs};

@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 use tcpdoctor::analyze::{Options, analyze};
 use tcpdoctor::capture::Capture;
 use tcpdoctor::report::{Finding, NagleFinding, Report};
@@ -114,6 +116,130 @@ pub fn require_root() -> bool {
         eprintln!("SKIPPED: not root");
     }
     root
+}
+
+/// Runs `cmd` to completion, killing it (by PID) if it outlives `limit`.
+pub fn run_bounded(mut cmd: Command, limit: Duration) -> (Output, Duration) {
+    let start = Instant::now();
+    let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawns");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => (out.expect("waits"), start.elapsed()),
+        Err(_) => {
+            // SAFETY: kill(2) on the PID of the child this test started.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{cmd:?} still running after {limit:?}; killed");
+        }
+    }
+}
+
+/// Runs a setup command that must work.
+pub fn sh(args: &[&str]) {
+    let mut c = Command::new(args[0]);
+    c.args(&args[1..]);
+    let (out, _) = run_bounded(c, Duration::from_secs(20));
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Network namespaces made by this test; deleted on drop, even after a panic.
+pub struct Namespaces(pub Vec<String>);
+
+impl Namespaces {
+    /// Creates `tcpd{pid}{suffix}` for each suffix, each with `lo` up.
+    pub fn new(suffixes: &[&str]) -> Namespaces {
+        let pid = std::process::id();
+        let mut all = Namespaces(Vec::new());
+        for s in suffixes {
+            let name = format!("tcpd{pid}{s}");
+            sh(&["ip", "netns", "add", &name]);
+            all.0.push(name.clone());
+            sh(&["ip", "-n", &name, "link", "set", "lo", "up"]);
+        }
+        all
+    }
+    pub fn get(&self, i: usize) -> &str {
+        &self.0[i]
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+/// A process this test started; killed by PID on drop.
+pub struct Proc(pub Child);
+
+impl Proc {
+    /// Spawns `cmd` and waits up to 10 s for its first line on stdout, the
+    /// sign that it is ready (a server listening).
+    pub fn started(cmd: Command) -> (Proc, String) {
+        Proc::started_on(cmd, false)
+    }
+
+    /// As [`Proc::started`], the first line read from stderr when `stderr`.
+    /// The rest of that stream is read and dropped.
+    pub fn started_on(mut cmd: Command, stderr: bool) -> (Proc, String) {
+        cmd.stdin(Stdio::null());
+        if stderr {
+            cmd.stderr(Stdio::piped());
+        } else {
+            cmd.stdout(Stdio::piped());
+        }
+        let mut c = cmd.spawn().expect("spawns");
+        let out: Box<dyn std::io::Read + Send> =
+            if stderr { Box::new(c.stderr.take().expect("piped")) } else { Box::new(c.stdout.take().expect("piped")) };
+        let p = Proc(c);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = std::io::BufReader::new(out);
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut r, &mut line);
+            let _ = tx.send(line);
+            let _ = std::io::copy(&mut r, &mut std::io::sink());
+        });
+        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| panic!("{cmd:?}: no line in 10 s"));
+        (p, line)
+    }
+
+    /// Sends SIGINT (what Ctrl-C sends) and waits, at most `limit`, for the exit.
+    pub fn interrupt(mut self, limit: Duration) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on the PID of the child this test started.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGINT) };
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.0.try_wait().expect("waits") {
+                return s;
+            }
+            assert!(Instant::now() < until, "still running {limit:?} after SIGINT");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    /// SIGTERM first, so a process that owns others (lab's nginx) can stop
+    /// them; SIGKILL if it is still there after 3 s.
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the PID of the child this test started, not yet reaped.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 unsafe extern "C" {
