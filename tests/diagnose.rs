@@ -62,8 +62,13 @@ fn fixes(v: &Value) -> String {
     v["verdict"]["fix"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect::<Vec<_>>().join("\n")
 }
 
-/// A Nagle verdict on the server at `port`, ~40 ms lost per request.
+/// A Nagle verdict on the server at `port`, ~40 ms lost per request; as
+/// root, confirmed by the capture.
 fn assert_nagle(code: i32, v: &Value, port: u16) {
+    assert_nagle_as(code, v, port, root());
+}
+
+fn assert_nagle_as(code: i32, v: &Value, port: u16, captured: bool) {
     assert_eq!(cause(v), "nagle_delayed_ack", "{v:#}");
     assert_eq!(code, 1);
     let lost = v["verdict"]["lost_per_request_ms"].as_f64().unwrap();
@@ -74,6 +79,23 @@ fn assert_nagle(code: i32, v: &Value, port: u16) {
     let alone = v["alone"]["latency"]["p50"].as_f64().unwrap();
     assert!(load > 30.0 && alone < 10.0, "load {load} ms, alone {alone} ms");
     assert!(v["quickack"]["latency"]["p50"].as_f64().unwrap() < 10.0, "quick-ACK run still slow");
+    if captured {
+        // The packets confirm it: held segments of that server, delayed ACKs of the client.
+        let n = nagle_in_capture(v).unwrap_or_else(|| panic!("no Nagle finding in the capture: {:#}", v["capture"]));
+        assert!(n["stalls"].as_u64().unwrap() >= 10, "{n:#}");
+        assert!(n["nagle_side"]["endpoint"].as_str().unwrap().ends_with(&format!(":{port}")));
+        assert_eq!(n["nagle_side"]["role"], "server");
+        assert_eq!(v["verdict"]["confidence"], "high");
+    }
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn nagle_in_capture(v: &Value) -> Option<&Value> {
+    v["capture"]["findings"].as_array()?.iter().find(|f| f["kind"] == "nagle_delayed_ack")
 }
 
 fn assert_healthy(code: i32, v: &Value) {
@@ -81,6 +103,10 @@ fn assert_healthy(code: i32, v: &Value) {
     assert_eq!(code, 0);
     assert!(v["verdict"]["fix"].as_array().unwrap().is_empty());
     assert!(v["load"]["latency"]["p50"].as_f64().unwrap() < 10.0);
+    if root() {
+        assert!(v["capture"]["packets"].as_u64().unwrap() > 100, "{:#}", v["capture"]);
+        assert!(nagle_in_capture(v).is_none(), "{:#}", v["capture"]);
+    }
 }
 
 /// `tcpdoctor lab --json`: the servers it printed, by name → URL.
@@ -340,12 +366,13 @@ fn unprivileged_runs_still_conclude_and_say_what_is_missing() {
         .unwrap();
     let v: Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    assert_nagle(out.status.code().unwrap(), &v, port_of(nagle));
+    assert_nagle_as(out.status.code().unwrap(), &v, port_of(nagle), false);
     assert_eq!(v["rtt"]["method"], "connect");
     assert!(v["capture"].is_null() && v["server"].is_null());
     let missing = v["missing"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect::<Vec<_>>().join("\n");
     assert!(missing.contains("step 1") && missing.contains("raw SYN"), "{missing}");
-    assert!(missing.contains("step 4") && missing.contains("step 5"), "{missing}");
+    assert!(missing.contains("step 4: no packet capture") && missing.contains("CAP_NET_RAW"), "{missing}");
+    assert!(missing.contains("step 5"), "{missing}");
 }
 
 #[test]

@@ -193,13 +193,29 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
 }
 
 /// Causes only packets can show: retransmissions, SYN retries, zero windows.
-fn from_capture(f: &Facts<'_>) -> Option<Verdict> {
+/// A cause only packets show (loss, SYN retries, zero window) is the verdict
+/// when it costs the average request this much, or this share of its median.
+const MATTERS_MS: f64 = 1.0;
+const MATTERS_SHARE: f64 = 0.1;
+
+/// The worst finding of the capture other than Nagle and think time, and
+/// whether it costs enough per request to be the cause.
+fn other_finding<'a>(f: &Facts<'a>) -> Option<(&'a Finding, bool)> {
     let c = f.capture?;
     let worst = c
         .findings
         .iter()
         .filter(|x| !matches!(x, Finding::NagleDelayedAck(_) | Finding::AppLatency(_)))
         .max_by(|a, b| a.time_lost_ms().total_cmp(&b.time_lost_ms()))?;
+    let (requests, p50) = f.load.map_or((1, 0.0), |l| (l.requests.max(1), l.latency.p50));
+    let per_request = worst.time_lost_ms() / requests as f64;
+    Some((worst, per_request >= MATTERS_MS.max(MATTERS_SHARE * p50)))
+}
+
+fn from_capture(f: &Facts<'_>) -> Option<Verdict> {
+    let (worst, true) = other_finding(f)? else {
+        return None;
+    };
     let (cause, fix) = match worst {
         Finding::Retransmission(_) => (
             "retransmission",
@@ -329,7 +345,15 @@ fn none(f: &Facts<'_>) -> Verdict {
         ));
     }
     if let Some(c) = f.capture {
-        evidence.push(format!("step 4: {} packets captured, no stall, retransmission or zero window", c.packets));
+        match other_finding(f) {
+            Some((minor, _)) => evidence.push(format!(
+                "step 4: {} packets captured, no stall; too rare to matter here: {}",
+                c.packets,
+                minor.summary()
+            )),
+            None => evidence
+                .push(format!("step 4: {} packets captured, no stall, retransmission or zero window", c.packets)),
+        }
     }
     if let Some(p) = f.process.filter(|p| p.established > 0) {
         evidence.push(format!(
@@ -438,6 +462,50 @@ mod tests {
         let v = conclude(&f);
         assert_eq!(v.cause, "unreachable");
         assert!(v.summary.contains("connection refused"));
+    }
+
+    fn capture_with_loss(lost_ms: f64) -> CaptureStep {
+        let f = crate::report::RetransFinding {
+            summary: "Retransmission: 3 segments re-sent".into(),
+            server: "s".into(),
+            sender: "server",
+            retransmissions: 3,
+            timeouts: 0,
+            spurious: 0,
+            connections: 3,
+            delay_ms: Default::default(),
+            time_lost_ms: lost_ms,
+            example_frames: vec![],
+        };
+        CaptureStep {
+            interface: "lo".into(),
+            packets: 1000,
+            kernel_drops: 0,
+            truncated: false,
+            findings: vec![Finding::Retransmission(f)],
+            breakdown: vec![],
+        }
+    }
+
+    #[test]
+    fn loss_is_the_cause_only_when_it_costs_the_requests_something() {
+        let (alone, load) = (step(0.15, 0.14, 0.0, false), step(0.3, 0.2, 0.0, false));
+        // 100 requests: 12.5 ms of loss in all is 0.125 ms per request, noise.
+        let rare = capture_with_loss(12.5);
+        let f = Facts {
+            server: "s".into(),
+            alone: Some(&alone),
+            load: Some(&load),
+            capture: Some(&rare),
+            ..Facts::default()
+        };
+        let v = conclude(&f);
+        assert_eq!(v.cause, "none");
+        assert!(v.evidence.iter().any(|e| e.contains("too rare to matter")), "{:?}", v.evidence);
+        // Two 200 ms timeouts in 100 requests: 4 ms per request.
+        let costly = capture_with_loss(400.0);
+        let f = Facts { capture: Some(&costly), ..f };
+        assert_eq!(conclude(&f).cause, "retransmission");
     }
 
     #[test]

@@ -2,8 +2,17 @@
 //! server process (5). Both run beside the load of step 2.
 
 use super::Options;
-use crate::report::diagnose::{CaptureStep, ServerStep};
+use crate::analyze::{self, analyze};
+use crate::capture::Capture;
+use crate::capture::live::{LiveCapture, LiveError, LiveOptions, LiveStats};
+use crate::filter::Filter;
+use crate::report::Finding;
+use crate::report::diagnose::{CaptureStep, ServerStep, ms};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Whether `ip` is one of this host's addresses.
 pub fn is_local(ip: IpAddr) -> bool {
@@ -49,7 +58,6 @@ fn interfaces() -> Vec<(String, IpAddr)> {
 
 /// The interface packets to `dst` leave by: `lo` for this host's own
 /// addresses, else the one holding the source address the kernel picks.
-#[allow(dead_code)] // used by the capture step, merged next
 pub fn interface_for(dst: IpAddr) -> Option<String> {
     if is_local(dst) {
         return Some("lo".into());
@@ -61,23 +69,105 @@ pub fn interface_for(dst: IpAddr) -> Option<String> {
     interfaces().into_iter().find(|(_, a)| *a == src).map(|(n, _)| n)
 }
 
-/// A capture running beside the load.
-pub struct Running;
+/// Bytes kept of each packet: every header, and the start of an HTTP head.
+const SNAPLEN: u32 = 512;
+/// Most packets kept: seconds of a stalled server, and a bounded amount of
+/// memory (~100 MB) for a fast one.
+const MAX_PACKETS: u64 = 200_000;
 
-/// Starts the capture; says in `missing` why not when it cannot.
-pub fn start_capture(_o: &Options, _addr: SocketAddr, missing: &mut Vec<String>) -> Option<Running> {
-    missing.push("step 4: live capture is not built yet".into());
-    None
+/// A capture running beside the load.
+pub struct Running {
+    iface: String,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<(Vec<u8>, LiveStats), LiveError>>,
+}
+
+/// Starts capturing the server's port; says in `missing` why not when it cannot.
+pub fn start_capture(o: &Options, addr: SocketAddr, missing: &mut Vec<String>) -> Option<Running> {
+    let Some(iface) = o.interface.clone().or_else(|| interface_for(addr.ip())) else {
+        missing.push(format!("step 4: no interface found for the route to {} (name one with -i)", addr.ip()));
+        return None;
+    };
+    let filter = Filter::parse(&format!("tcp port {} and host {}", addr.port(), addr.ip())).ok();
+    let mut cap = match LiveCapture::open(&LiveOptions { iface: iface.clone(), filter, snaplen: SNAPLEN }) {
+        Ok(c) => c,
+        Err(e) => {
+            missing.push(format!("step 4: no packet capture: {e}"));
+            return None;
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    // The deadline only bounds a capture whose stop never comes.
+    let deadline = Instant::now() + o.load + Duration::from_secs(30);
+    let thread = std::thread::Builder::new()
+        .name("diagnose-capture".into())
+        .spawn(move || {
+            let mut out = Vec::new();
+            let stats = cap.record(&mut out, &flag, Some(deadline), Some(MAX_PACKETS))?;
+            Ok((out, stats))
+        })
+        .ok()?;
+    Some(Running { iface, stop, thread })
 }
 
 /// Stops the capture and analyses it.
-pub fn finish_capture(_c: Running, _addr: SocketAddr, _missing: &mut Vec<String>) -> Option<CaptureStep> {
-    None
+pub fn finish_capture(c: Running, missing: &mut Vec<String>) -> Option<CaptureStep> {
+    c.stop.store(true, Ordering::Relaxed);
+    let (bytes, stats) = match c.thread.join() {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            missing.push(format!("step 4: the capture failed: {e}"));
+            return None;
+        }
+        Err(_) => {
+            missing.push("step 4: the capture thread failed".into());
+            return None;
+        }
+    };
+    let cap = Capture::from_bytes(&format!("capture on {}", c.iface), bytes);
+    let r = match analyze(&[cap], &analyze::Options::default()) {
+        Ok(r) => r,
+        Err(e) => {
+            missing.push(format!("step 4: the capture could not be analysed: {e}"));
+            return None;
+        }
+    };
+    Some(CaptureStep {
+        interface: c.iface,
+        packets: stats.packets,
+        kernel_drops: stats.kernel_drops,
+        truncated: stats.packets >= MAX_PACKETS,
+        findings: r.findings,
+        breakdown: r.breakdown,
+    })
 }
 
 /// Step 4's line.
 pub fn capture_line(c: &CaptureStep) -> String {
-    format!("{}: {} packets, {} dropped", c.interface, c.packets, c.kernel_drops)
+    let head = format!(
+        "{}: {} packets{}, {} dropped by the kernel",
+        c.interface,
+        c.packets,
+        if c.truncated { format!(" (the first {MAX_PACKETS} of the load)") } else { String::new() },
+        c.kernel_drops
+    );
+    let nagle = c.findings.iter().find_map(|f| match f {
+        Finding::NagleDelayedAck(n) => Some(n),
+        _ => None,
+    });
+    match (nagle, c.findings.first()) {
+        (Some(n), _) => format!(
+            "{head}; {} of {} responses held: {} waits {} for {}'s delayed ACK",
+            n.stalls,
+            n.exchanges,
+            n.nagle_side.endpoint,
+            ms(n.stall_ms.p50),
+            n.delayed_ack_side.host
+        ),
+        (None, Some(f)) => format!("{head}; {}", f.summary()),
+        (None, None) => format!("{head}; no stall, retransmission or zero window"),
+    }
 }
 
 /// An inspection running beside the load.

@@ -123,6 +123,13 @@ pub fn run(o: &Options, say: &mut dyn FnMut(&str)) -> Result<DiagnoseReport, Dia
         report.capture = capture;
         report.server = server;
         report.quickack = experiment(o, &alone.step, report.load.as_ref(), say, &mut missing);
+        // Steps 4 and 5 ran beside the load; they are printed in the method's order.
+        if let Some(c) = &report.capture {
+            say(&step_line(4, "Capture", &local::capture_line(c)));
+        }
+        if let Some(s) = &report.server {
+            say(&step_line(5, "Server process", &local::server_line(s)));
+        }
     } else {
         missing.push("steps 2-5: the server gave no complete response to a request alone".into());
     }
@@ -245,7 +252,7 @@ fn load_step(
         missing.push("step 5: process inspection turned off (--no-inspect)".into());
     }
     let result = bench::run(&bench_opts(o, o.load, false), &mut |_, _| {});
-    let capture = cap.and_then(|c| local::finish_capture(c, addr, missing));
+    let capture = cap.and_then(|c| local::finish_capture(c, missing));
     let server = inspect.and_then(|i| local::finish_inspect(i, missing));
     let load = match result {
         Ok(r) => {
@@ -262,12 +269,6 @@ fn load_step(
             None
         }
     };
-    if let Some(c) = &capture {
-        say(&step_line(4, "Capture", &local::capture_line(c)));
-    }
-    if let Some(s) = &server {
-        say(&step_line(5, "Server process", &local::server_line(s)));
-    }
     (load, capture, server)
 }
 

@@ -129,6 +129,8 @@ pub struct CaptureStep {
     pub packets: u64,
     /// Packets the kernel dropped (ring full).
     pub kernel_drops: u64,
+    /// The capture stopped at its packet limit before the load ended.
+    pub truncated: bool,
     /// What the analysis found, worst first.
     pub findings: Vec<Finding>,
     /// Where the server's exchange time went.
