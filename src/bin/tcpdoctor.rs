@@ -8,6 +8,7 @@ use std::time::Duration;
 use tcpdoctor::analyze::{self, Options};
 use tcpdoctor::capture::Capture;
 use tcpdoctor::filter::Filter;
+use tcpdoctor::inspect::{self, InspectError};
 use tcpdoctor::measure::common::{
     Error as MeasureError, Family, parse_duration, parse_positive_duration, parse_run_length,
 };
@@ -20,13 +21,15 @@ mod exit {
     pub const OK: u8 = 0;
     /// Bad command line (clap uses 2 as well).
     pub const USAGE: u8 = 2;
-    /// No input could be read: missing file, not a capture, empty, unsupported link type.
+    /// No input could be read: missing file, not a capture, empty, unsupported link type;
+    /// inspect: no such process, or nothing listens on the port.
     pub const INPUT: u8 = 3;
     /// Results printed, but part of the input was damaged or skipped (see warnings).
     pub const PARTIAL: u8 = 4;
     /// probe: no probe got a TCP answer; trace: the destination did not answer.
     pub const NO_REPLY: u8 = 1;
-    /// probe/trace could not measure: a socket call failed (no route, no permission…).
+    /// probe/trace could not measure: a socket call failed (no route, no permission…);
+    /// inspect could not read the process (no ptrace permission, kernel too old).
     pub const NET: u8 = 5;
 }
 
@@ -69,6 +72,15 @@ no route, no permission).")]
 Exit codes: 0 destination reached (open or closed); 1 not reached (max hops, or ICMP unreachable); 2 bad command \
 line; 3 HOST cannot be resolved; 5 cannot measure (a socket call failed).")]
     Trace(TraceArgs),
+    /// A live process's TCP sockets: TCP_NODELAY/TCP_CORK, tcp_info, its server software's own knob, host settings.
+    #[command(after_help = "PID is a process id; :PORT means the process listening on that TCP port (for nginx, \
+its master: the workers that share the listening socket are inspected with it, and only sockets on PORT are \
+listed). Socket options are read on duplicates of the sockets (pidfd_getfd, Linux >= 5.6), which needs ptrace \
+permission over the process (same user or root); nothing about the process is changed.
+
+Exit codes: 0 inspected; 2 bad command line; 3 no such process, or nothing listens on PORT; 5 cannot inspect \
+(no ptrace permission, kernel too old).")]
+    Inspect(InspectArgs),
     /// Analyse the real captures bundled in tcpdoctor (nginx with tcp_nodelay off, then on).
     Demo {
         /// Print JSON instead of text.
@@ -171,6 +183,73 @@ struct ProbeArgs {
     /// Print the results as JSON (schema in the README).
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args)]
+struct InspectArgs {
+    /// A process id, or `:PORT` for the process listening on that TCP port.
+    #[arg(value_name = "PID | :PORT", value_parser = parse_target)]
+    target: Target,
+    /// How long to watch the host's delayed-ACK counters: seconds (`0.5`) or with a unit (`500ms`, `2s`).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    window: Duration,
+    /// Print the results as JSON (schema in the README).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Pid(u32),
+    Port(u16),
+}
+
+fn parse_target(s: &str) -> Result<Target, String> {
+    if let Some(p) = s.strip_prefix(':') {
+        return match p.parse::<u16>() {
+            Ok(port) if port > 0 => Ok(Target::Port(port)),
+            _ => Err(format!("`{s}`: a port is 1 to 65535, e.g. :8080")),
+        };
+    }
+    match s.parse::<u32>() {
+        Ok(pid) if pid > 0 => Ok(Target::Pid(pid)),
+        _ => Err(format!("`{s}` is neither a process id nor :PORT")),
+    }
+}
+
+fn inspect_failed(e: InspectError) -> ExitCode {
+    let code = match e {
+        InspectError::NoProcess { .. } => exit::INPUT,
+        _ => exit::NET,
+    };
+    fail(code, e)
+}
+
+fn run_inspect(a: InspectArgs) -> ExitCode {
+    let (pid, port) = match a.target {
+        Target::Pid(pid) => (pid, None),
+        Target::Port(port) => match inspect::find_listener(port) {
+            Ok(Some(pid)) => (pid, Some(port)),
+            Ok(None) => {
+                return fail(
+                    exit::INPUT,
+                    format!("port {port}: nothing listens on it (checked /proc/net/tcp and tcp6)"),
+                );
+            }
+            Err(e) => return inspect_failed(e),
+        },
+    };
+    match inspect::inspect(pid, &inspect::Options { window: a.window, port }) {
+        Ok(r) if a.json => {
+            print_json(&r);
+            ExitCode::from(exit::OK)
+        }
+        Ok(r) => {
+            print(&report::inspect::render(&r));
+            ExitCode::from(exit::OK)
+        }
+        Err(e) => inspect_failed(e),
+    }
 }
 
 fn run_bench(a: BenchArgs) -> ExitCode {
@@ -435,6 +514,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => run_bench(a),
         Cmd::Probe(a) => run_probe(a),
         Cmd::Trace(a) => run_trace(a),
+        Cmd::Inspect(a) => run_inspect(a),
         Cmd::Demo { json } => match tcpdoctor::demo::run() {
             Ok(reports) => {
                 if json {

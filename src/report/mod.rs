@@ -3,11 +3,13 @@
 //! their own types, with the same `schema` version.
 
 pub mod bench;
+pub mod inspect;
 mod ladder;
 pub mod probe;
 pub(crate) mod text;
 pub mod trace;
 
+pub use inspect::InspectReport;
 pub use ladder::{Ladder, Mark, Row, RowKind};
 pub use probe::{ProbeReport, ProbeResult, ProbeSummary};
 pub use text::render;
