@@ -5,7 +5,8 @@
 //! Data flows one way: [`capture`] (pcap/pcapng) → [`wire`] (header views) →
 //! [`tcp`] (connection events) → [`detect`] (one module per cause) →
 //! [`report`] (JSON schema and text). [`analyze`] runs the pipeline.
-//! [`measure`] holds the active instruments (`probe`, `trace`).
+//! [`measure`] holds the active instruments (`probe`, `trace`); [`inspect`]
+//! looks at a live process's sockets.
 
 pub mod analyze;
 pub mod capture;
@@ -14,6 +15,7 @@ pub mod detect;
 pub mod diagnose;
 pub mod dist;
 pub mod filter;
+pub mod inspect;
 pub mod interrupt;
 pub mod lab;
 pub mod measure;

@@ -10,6 +10,7 @@ use tcpdoctor::capture::Capture;
 use tcpdoctor::capture::live::{LiveCapture, LiveError, LiveOptions, MAX_SNAPLEN};
 use tcpdoctor::diagnose;
 use tcpdoctor::filter::Filter;
+use tcpdoctor::inspect::{self, InspectError};
 use tcpdoctor::measure::common::{
     Error as MeasureError, Family, parse_duration, parse_positive_duration, parse_run_length,
 };
@@ -22,14 +23,16 @@ mod exit {
     pub const OK: u8 = 0;
     /// Bad command line (clap uses 2 as well).
     pub const USAGE: u8 = 2;
-    /// No input could be read: missing file, not a capture, empty, unsupported link type.
+    /// No input could be read: missing file, not a capture, empty, unsupported link type;
+    /// inspect: no such process, or nothing listens on the port.
     pub const INPUT: u8 = 3;
     /// Results printed, but part of the input was damaged or skipped (see warnings).
     pub const PARTIAL: u8 = 4;
     /// probe: no probe got a TCP answer; trace: the destination did not answer.
     pub const NO_REPLY: u8 = 1;
     /// probe/trace could not measure, capture could not capture: a socket call
-    /// failed (no route, no permission…).
+    /// failed (no route, no permission…); inspect could not read the process
+    /// (no ptrace permission, kernel too old).
     pub const NET: u8 = 5;
 }
 
@@ -82,6 +85,15 @@ binary).
 Exit codes: 0 captured (even 0 packets); 2 bad command line or filter; 3 no such interface, or FILE cannot be \
 written; 5 cannot capture (no CAP_NET_RAW, interface down, a socket call failed).")]
     Capture(CaptureArgs),
+    /// A live process's TCP sockets: TCP_NODELAY/TCP_CORK, tcp_info, its server software's own knob, host settings.
+    #[command(after_help = "PID is a process id; :PORT means the process listening on that TCP port (for nginx, \
+its master: the workers that share the listening socket are inspected with it, and only sockets on PORT are \
+listed). Socket options are read on duplicates of the sockets (pidfd_getfd, Linux >= 5.6), which needs ptrace \
+permission over the process (same user or root); nothing about the process is changed.
+
+Exit codes: 0 inspected; 2 bad command line; 3 no such process, or nothing listens on PORT; 5 cannot inspect \
+(no ptrace permission, kernel too old).")]
+    Inspect(InspectArgs),
     /// The whole method against a URL: RTT, alone vs under load, quick-ACK A/B, capture, server process, verdict.
     #[command(after_help = "Step 4 (capture) needs CAP_NET_RAW and step 5 (server process) needs the server on this \
 host and ptrace permission over it; without them the verdict comes from steps 1-3 and NOT CHECKED says what is \
@@ -253,6 +265,73 @@ struct ProbeArgs {
     /// Print the results as JSON (schema in the README).
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args)]
+struct InspectArgs {
+    /// A process id, or `:PORT` for the process listening on that TCP port.
+    #[arg(value_name = "PID | :PORT", value_parser = parse_target)]
+    target: Target,
+    /// How long to watch the host's delayed-ACK counters: seconds (`0.5`) or with a unit (`500ms`, `2s`).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    window: Duration,
+    /// Print the results as JSON (schema in the README).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Pid(u32),
+    Port(u16),
+}
+
+fn parse_target(s: &str) -> Result<Target, String> {
+    if let Some(p) = s.strip_prefix(':') {
+        return match p.parse::<u16>() {
+            Ok(port) if port > 0 => Ok(Target::Port(port)),
+            _ => Err(format!("`{s}`: a port is 1 to 65535, e.g. :8080")),
+        };
+    }
+    match s.parse::<u32>() {
+        Ok(pid) if pid > 0 => Ok(Target::Pid(pid)),
+        _ => Err(format!("`{s}` is neither a process id nor :PORT")),
+    }
+}
+
+fn inspect_failed(e: InspectError) -> ExitCode {
+    let code = match e {
+        InspectError::NoProcess { .. } => exit::INPUT,
+        _ => exit::NET,
+    };
+    fail(code, e)
+}
+
+fn run_inspect(a: InspectArgs) -> ExitCode {
+    let (pid, port) = match a.target {
+        Target::Pid(pid) => (pid, None),
+        Target::Port(port) => match inspect::find_listener(port) {
+            Ok(Some(pid)) => (pid, Some(port)),
+            Ok(None) => {
+                return fail(
+                    exit::INPUT,
+                    format!("port {port}: nothing listens on it (checked /proc/net/tcp and tcp6)"),
+                );
+            }
+            Err(e) => return inspect_failed(e),
+        },
+    };
+    match inspect::inspect(pid, &inspect::Options { window: a.window, port }) {
+        Ok(r) if a.json => {
+            print_json(&r);
+            ExitCode::from(exit::OK)
+        }
+        Ok(r) => {
+            print(&report::inspect::render(&r));
+            ExitCode::from(exit::OK)
+        }
+        Err(e) => inspect_failed(e),
+    }
 }
 
 fn run_bench(a: BenchArgs) -> ExitCode {
@@ -743,6 +822,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => run_bench(a),
         Cmd::Probe(a) => run_probe(a),
         Cmd::Trace(a) => run_trace(a),
+        Cmd::Inspect(a) => run_inspect(a),
         Cmd::Capture(a) => run_capture(a),
         Cmd::Diagnose(a) => run_diagnose(a),
         Cmd::Lab(a) => run_lab(a),

@@ -4,11 +4,13 @@
 
 pub mod bench;
 pub mod diagnose;
+pub mod inspect;
 mod ladder;
 pub mod probe;
 pub(crate) mod text;
 pub mod trace;
 
+pub use inspect::InspectReport;
 pub use ladder::{Ladder, Mark, Row, RowKind};
 pub use probe::{ProbeReport, ProbeResult, ProbeSummary};
 pub use text::render;

@@ -1,0 +1,531 @@
+//! `inspect`: a live process's TCP sockets and why they may stall.
+//!
+//! For one process (and the workers that share its listening sockets) it
+//! lists every TCP socket with TCP_NODELAY/TCP_CORK/TCP_QUICKACK (read on a
+//! duplicate from `pidfd_getfd`, [`sockopt`]), `tcp_info` from sock_diag
+//! ([`diag`]) and the delayed-ACK state from /proc/net/tcp ([`procfs`]); it
+//! names the server software and its own knob ([`software`], [`nginx`]), and
+//! watches the host's delayed-ACK counters for a window ([`host`]).
+//! Nothing about the process is changed.
+
+mod diag;
+mod host;
+mod nginx;
+mod procfs;
+mod sockopt;
+mod software;
+
+use crate::report::inspect::{Host, InspectReport, Process, Socket, Software, Summary};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::io::{self, Read};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// What to inspect besides the process.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How long the host's TcpExt counters are watched (the inspection lasts at least this long).
+    pub window: Duration,
+    /// Only sockets on this local port (and nginx's settings for the server on it).
+    pub port: Option<u16>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { window: Duration::from_secs(1), port: None }
+    }
+}
+
+/// Why a process could not be inspected. Displayed as one line: what, where, what to do.
+#[derive(Debug)]
+pub enum InspectError {
+    /// No process has this pid (or it exited before its sockets could be read).
+    NoProcess {
+        /// The pid asked for.
+        pid: u32,
+    },
+    /// Reading the process needs ptrace permission over it.
+    Permission {
+        /// `pid N` or `port N`.
+        at: String,
+        /// What could not be done.
+        what: String,
+        /// How to get the permission.
+        hint: String,
+    },
+    /// This kernel lacks something `inspect` needs (pidfd_getfd: Linux ≥ 5.6).
+    Unsupported {
+        /// `pid N`.
+        at: String,
+        /// What is missing.
+        what: String,
+    },
+    /// Any other failure.
+    Io {
+        /// `pid N` or `port N`.
+        at: String,
+        /// What could not be done.
+        what: String,
+        /// The error.
+        err: io::Error,
+    },
+}
+
+impl fmt::Display for InspectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InspectError::NoProcess { pid } => {
+                write!(f, "pid {pid}: no such process (it may have exited; `ps -p {pid}` shows whether it runs)")
+            }
+            InspectError::Permission { at, what, hint } => {
+                write!(f, "{at}: cannot {what}: needs ptrace permission ({hint})")
+            }
+            InspectError::Unsupported { at, what } => write!(f, "{at}: {what}"),
+            InspectError::Io { at, what, err } => write!(f, "{at}: cannot {what}: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for InspectError {}
+
+/// How to get ptrace permission over `pid` on this host.
+fn ptrace_hint(pid: Option<u32>) -> String {
+    let mut h = match pid.and_then(|p| procfs::status_field(p, "Uid").ok().flatten()) {
+        Some(uid) => format!("run as its user (uid {uid}) or as root, or with CAP_SYS_PTRACE"),
+        None => "run as the process's user or as root, or with CAP_SYS_PTRACE".into(),
+    };
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
+        let s = s.trim();
+        let what = match s {
+            "0" => "",
+            "1" => ": the same user is not enough unless it started the process",
+            "2" => ": only CAP_SYS_PTRACE",
+            _ => ": ptrace is disabled until reboot",
+        };
+        h.push_str(&format!("; kernel.yama.ptrace_scope={s}{what}"));
+    }
+    h
+}
+
+fn io_error(at: &str, what: &str, err: io::Error) -> InspectError {
+    InspectError::Io { at: at.into(), what: what.into(), err }
+}
+
+/// The process listening on TCP `port` (any local address, IPv4 or IPv6).
+/// With several (a master and its workers, or SO_REUSEPORT), the one whose
+/// parent does not hold the socket too; Ok(None) when nothing listens.
+pub fn find_listener(port: u16) -> Result<Option<u32>, InspectError> {
+    let at = format!("port {port}");
+    let rows = procfs::net_tcp("/proc/net").map_err(|e| io_error(&at, "read /proc/net/tcp", e))?;
+    let inodes: HashSet<u64> = rows
+        .iter()
+        .filter(|r| r.state == procfs::LISTEN && r.local.port() == port && r.inode != 0)
+        .map(|r| r.inode)
+        .collect();
+    if inodes.is_empty() {
+        return Ok(None);
+    }
+    let (holders, denied) = procfs::holders(&inodes);
+    if holders.is_empty() {
+        if denied {
+            return Err(InspectError::Permission {
+                at,
+                what: "see which process holds its listening socket".into(),
+                hint: ptrace_hint(None),
+            });
+        }
+        let why = io::Error::other("no process visible here holds it (another PID namespace?)");
+        return Err(io_error(&at, "find the listening process", why));
+    }
+    let root = holders.iter().copied().find(|&p| procfs::ppid(p).is_none_or(|pp| !holders.contains(&pp)));
+    Ok(root.or(holders.first().copied()))
+}
+
+/// One socket found in a process's descriptors.
+struct Held {
+    pid: u32,
+    fd: i32,
+    inode: u64,
+}
+
+/// Inspects process `pid` (a thread id means its process): sockets, software,
+/// host settings. Takes at least `opts.window`.
+pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> {
+    let start = Instant::now();
+    let before = host::tcp_ext();
+    let mut notes = Vec::new();
+    let at = format!("pid {pid}");
+    let pid = match procfs::status_field(pid, "Tgid") {
+        Ok(Some(t)) => t,
+        Ok(None) => pid,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(InspectError::NoProcess { pid }),
+        Err(e) => return Err(io_error(&at, "read /proc/PID/status", e)),
+    };
+    if at != format!("pid {pid}") {
+        notes.push(format!("{at} is a thread of process {pid}; inspecting the process"));
+    }
+    let at = format!("pid {pid}");
+    let pidfd = sockopt::Pidfd::open(pid).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => InspectError::NoProcess { pid },
+        Some(libc::ENOSYS) => InspectError::Unsupported {
+            at: at.clone(),
+            what: "cannot open a pidfd: pidfd_open needs Linux 5.3 or later".into(),
+        },
+        _ => io_error(&at, "open a pidfd (pidfd_open)", e),
+    })?;
+    let own = procfs::socket_fds(pid).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => InspectError::NoProcess { pid },
+        io::ErrorKind::PermissionDenied => InspectError::Permission {
+            at: at.clone(),
+            what: format!("list its file descriptors (/proc/{pid}/fd)"),
+            hint: ptrace_hint(Some(pid)),
+        },
+        _ => io_error(&at, "list its file descriptors", e),
+    })?;
+    if own.is_empty() && pidfd.exited() {
+        return Err(InspectError::NoProcess { pid });
+    }
+    // The process's own network namespace (a container's), else ours.
+    let rows = procfs::net_tcp(&format!("/proc/{pid}/net"))
+        .or_else(|_| procfs::net_tcp("/proc/net"))
+        .map_err(|e| io_error(&at, "read /proc/net/tcp", e))?;
+    let by_inode: HashMap<u64, &procfs::TcpEntry> =
+        rows.iter().filter(|r| r.inode != 0).map(|r| (r.inode, r)).collect();
+    let is_listen = |i: &u64| by_inode.get(i).is_some_and(|r| r.state == procfs::LISTEN);
+
+    let mut held: Vec<Held> = own.iter().map(|&(fd, inode)| Held { pid, fd, inode }).collect();
+    let mut workers = Vec::new();
+    if own.iter().any(|(_, i)| is_listen(i)) {
+        for c in procfs::children(pid) {
+            match procfs::socket_fds(c) {
+                Ok(fds) if fds.iter().any(|(_, i)| is_listen(i)) => {
+                    workers.push(c);
+                    held.extend(fds.into_iter().map(|(fd, inode)| Held { pid: c, fd, inode }));
+                }
+                Ok(_) => {}
+                Err(e) => notes.push(format!("child {c}: cannot list its descriptors: {e}")),
+            }
+        }
+    }
+    // A listening socket shared with workers is listed once, under the first holder.
+    let mut seen = HashSet::new();
+    held.retain(|h| by_inode.contains_key(&h.inode) && seen.insert(h.inode));
+    let listen_ports: HashSet<u16> =
+        held.iter().filter(|h| is_listen(&h.inode)).map(|h| by_inode[&h.inode].local.port()).collect();
+    if let Some(port) = opts.port {
+        let n = held.len();
+        held.retain(|h| by_inode[&h.inode].local.port() == port);
+        if n > held.len() {
+            notes.push(format!(
+                "{} TCP socket(s) on other local ports left out (`inspect {pid}` lists all)",
+                n - held.len()
+            ));
+        }
+    }
+
+    let mut sockets = read_sockets(&held, &by_inode, &listen_ports, (pid, &pidfd), &mut notes)?;
+    let inodes: HashSet<u64> = sockets.iter().map(|s| s.inode).collect();
+    match diag::tcp_infos(&inodes) {
+        Ok(infos) => {
+            let mut missing = 0;
+            for s in &mut sockets {
+                s.info = infos.get(&s.inode).cloned();
+                missing += usize::from(s.info.is_none());
+            }
+            if missing > 0 {
+                notes.push(format!(
+                    "tcp_info missing for {missing} socket(s): closed meanwhile, or in another network namespace"
+                ));
+            }
+        }
+        Err(e) => notes.push(format!("sock_diag (tcp_info) failed: {e}")),
+    }
+    for s in &mut sockets {
+        s.held_now = held_now(s);
+    }
+    sockets.sort_by(|a, b| {
+        (a.state != "listen", &a.local, &a.peer, a.pid, a.fd).cmp(&(
+            b.state != "listen",
+            &b.local,
+            &b.peer,
+            b.pid,
+            b.fd,
+        ))
+    });
+    let summary = Summary::of(&sockets);
+
+    let proc = software::Proc::read(pid);
+    let software = software::classify(&proc, opts.port);
+    let mut host = Host {
+        tcp_autocorking: host::sysctl("tcp_autocorking"),
+        tcp_pingpong_thresh: host::sysctl("tcp_pingpong_thresh"),
+        ..Host::default()
+    };
+    let peers: BTreeSet<std::net::IpAddr> =
+        sockets.iter().filter(|s| s.state == "established").filter_map(|s| peer_ip(&s.peer)).collect();
+    if peers.len() > host::MAX_ROUTES {
+        notes.push(format!("routes shown for {} of {} peers", host::MAX_ROUTES, peers.len()));
+    }
+    for p in peers.into_iter().take(host::MAX_ROUTES) {
+        match host::route(p) {
+            Ok(r) => host.routes.push(r),
+            Err(e) => {
+                notes.push(format!("route lookup failed: {e}"));
+                break;
+            }
+        }
+    }
+
+    if let Some(rest) = opts.window.checked_sub(start.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    host.window_ms = (start.elapsed().as_secs_f64() * 1e3).round();
+    match (before, host::tcp_ext()) {
+        (Some(b), Some(a)) => host.counters = host::deltas(&b, &a),
+        _ => notes.push("/proc/net/netstat unreadable: no TcpExt counters".into()),
+    }
+    let exited = pidfd.exited();
+    if exited {
+        notes.push("the process exited during the inspection; its sockets are as they were before".into());
+    }
+    let advice = advice(&software, &summary, &host);
+    Ok(InspectReport {
+        schema: crate::report::SCHEMA_VERSION,
+        version: env!("CARGO_PKG_VERSION"),
+        process: Process {
+            pid,
+            comm: proc.comm.clone(),
+            cmdline: proc.cmdline.join(" "),
+            exe: proc.exe.as_ref().map(|p| p.display().to_string()),
+            uid: procfs::status_field(pid, "Uid").ok().flatten(),
+            workers,
+            exited,
+        },
+        port: opts.port,
+        software,
+        sockets,
+        summary,
+        host,
+        advice,
+        notes,
+    })
+}
+
+/// The sockets with their options; sockets closed since they were listed are dropped.
+fn read_sockets(
+    held: &[Held],
+    by_inode: &HashMap<u64, &procfs::TcpEntry>,
+    listen_ports: &HashSet<u16>,
+    main: (u32, &sockopt::Pidfd),
+    notes: &mut Vec<String>,
+) -> Result<Vec<Socket>, InspectError> {
+    let mut pidfds: HashMap<u32, Option<sockopt::Pidfd>> = HashMap::new();
+    let (mut closed, mut gone) = (0, BTreeSet::new());
+    let mut out = Vec::new();
+    for h in held {
+        let row = by_inode[&h.inode];
+        let mut s = Socket {
+            pid: h.pid,
+            fd: h.fd,
+            inode: h.inode,
+            state: procfs::state_name(row.state).into(),
+            role: if row.state == procfs::LISTEN {
+                "listening"
+            } else if listen_ports.contains(&row.local.port()) {
+                "accepted"
+            } else {
+                "outgoing"
+            },
+            local: row.local.to_string(),
+            peer: if row.state == procfs::LISTEN { "*:*".into() } else { row.peer.to_string() },
+            pingpong: row.pingpong,
+            quick_acks_left: row.quick,
+            ..Socket::default()
+        };
+        let pfd = if h.pid == main.0 {
+            Some(main.1)
+        } else {
+            pidfds.entry(h.pid).or_insert_with(|| sockopt::Pidfd::open(h.pid).ok()).as_ref()
+        };
+        match pfd.map(|p| p.sockopts(h.fd, h.inode)) {
+            Some(Ok(o)) => {
+                s.nodelay = Some(o.nodelay);
+                s.cork = Some(o.cork);
+                s.quickack = Some(o.quickack);
+            }
+            Some(Err(e)) => match e.raw_os_error() {
+                Some(libc::EPERM) => {
+                    return Err(InspectError::Permission {
+                        at: format!("pid {}", h.pid),
+                        what: "duplicate its sockets to read TCP_NODELAY (pidfd_getfd)".into(),
+                        hint: ptrace_hint(Some(h.pid)),
+                    });
+                }
+                Some(libc::ENOSYS) => {
+                    return Err(InspectError::Unsupported {
+                        at: format!("pid {}", h.pid),
+                        what: format!(
+                            "cannot duplicate its sockets: pidfd_getfd needs Linux 5.6 or later (this kernel: {})",
+                            std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
+                        ),
+                    });
+                }
+                // Closed, or the number reused, since the descriptors were listed.
+                Some(libc::EBADF) => {
+                    closed += 1;
+                    continue;
+                }
+                Some(libc::ESRCH) => {
+                    gone.insert(h.pid);
+                }
+                _ => notes.push(format!("pid {} fd {}: cannot read its options: {e}", h.pid, h.fd)),
+            },
+            None => {
+                gone.insert(h.pid);
+            }
+        }
+        out.push(s);
+    }
+    if closed > 0 {
+        notes.push(format!("{closed} socket(s) closed while being read (left out)"));
+    }
+    for p in gone {
+        notes.push(format!("pid {p} exited while its sockets were read; their options are unknown"));
+    }
+    Ok(out)
+}
+
+/// Small unsent bytes wait behind unacknowledged data, with Nagle on.
+fn held_now(s: &Socket) -> bool {
+    let Some(i) = &s.info else { return false };
+    s.state == "established"
+        && s.nodelay != Some(true)
+        && s.cork != Some(true)
+        && i.unacked > 0
+        && i.notsent.is_some_and(|n| n > 0 && n < i.mss.max(1))
+}
+
+fn peer_ip(peer: &str) -> Option<std::net::IpAddr> {
+    peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
+}
+
+/// What to change, from the software's own knob to the generic fix.
+fn advice(sw: &Software, sum: &Summary, host: &Host) -> Vec<String> {
+    let mut a = Vec::new();
+    if sum.nagle_on == 0 {
+        return a;
+    }
+    let knob = match sw.kind {
+        "nginx" if sw.nodelay_setting == Some(false) => {
+            "set `tcp_nodelay on;` (nginx's default) in the http or server block, then `nginx -s reload`".into()
+        }
+        "nginx" => "nginx sets TCP_NODELAY only once a connection goes keep-alive; connections still on their \
+first request show Nagle on"
+            .into(),
+        "jdk-httpserver" => "start the JVM with -Dsun.net.httpserver.nodelay=true".into(),
+        "java" => "call setTcpNoDelay(true) on accepted sockets (or the framework's TCP_NODELAY option)".into(),
+        "python" => "set TCP_NODELAY on accepted sockets: sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) \
+(socketserver: disable_nagle_algorithm = True)"
+            .into(),
+        "node" => "call socket.setNoDelay(true) (http.createServer({ noDelay: true }))".into(),
+        "go" => "the program turns Nagle back on (TCPConn.SetNoDelay(false)); remove that call".into(),
+        _ => "set TCP_NODELAY on these sockets (setsockopt IPPROTO_TCP TCP_NODELAY 1)".into(),
+    };
+    a.push(knob);
+    a.push(
+        "or write each response in one piece (writev/sendmsg, or a buffered writer flushed once): Nagle stalls only \
+a second small write while the first is unacknowledged"
+            .into(),
+    );
+    if let Some(c) = host.counters.iter().find(|c| c.name == "DelayedACKs" && c.delta > 0) {
+        a.push(format!(
+            "this host's delayed-ACK timer fired {} times in the window: a peer here waits ~40 ms for ACKs; \
+TCP_QUICKACK after each read or `ip route change … quickack 1` on the ACKing side avoids it",
+            c.delta
+        ));
+    }
+    a
+}
+
+/// Runs `cmd` with its output captured, killed after `limit`.
+pub(crate) fn run_bounded(cmd: &mut Command, limit: Duration) -> io::Result<(ExitStatus, String, String)> {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn()?;
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let until = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {} s", limit.as_secs())));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Ok((status, out.join().unwrap_or_default(), err.join().unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn finds_and_inspects_this_process() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        c.write_all(b"x").unwrap();
+        assert_eq!(find_listener(port).unwrap(), Some(std::process::id()));
+        let opts = Options { window: Duration::ZERO, port: Some(port) };
+        let r = inspect(std::process::id(), &opts).unwrap();
+        // The listener, the accepted socket (nodelay on) and the client socket (outgoing, to the same port: left out).
+        let roles: Vec<(&str, Option<bool>)> = r.sockets.iter().map(|s| (s.role, s.nodelay)).collect();
+        assert_eq!(roles, vec![("listening", Some(false)), ("accepted", Some(true))], "{:#?}", r.sockets);
+        assert!(r.sockets[1].info.is_some());
+        assert_eq!((r.summary.established, r.summary.nagle_on), (1, 0));
+        assert!(!r.process.exited);
+    }
+
+    #[test]
+    fn errors_are_one_line_with_what_where_and_what_to_do() {
+        let e = InspectError::Permission {
+            at: "pid 7".into(),
+            what: "list its descriptors".into(),
+            hint: ptrace_hint(None),
+        };
+        let t = e.to_string();
+        assert!(
+            t.starts_with("pid 7: cannot list its descriptors: needs ptrace permission (run as") && !t.contains('\n'),
+            "{t}"
+        );
+        let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+        assert!(matches!(inspect(pid_max, &Options::default()), Err(InspectError::NoProcess { .. })));
+    }
+
+    #[test]
+    fn bounded_commands_are_killed() {
+        let (st, out, _) = run_bounded(Command::new("echo").arg("hi"), Duration::from_secs(5)).unwrap();
+        assert!(st.success() && out == "hi\n");
+        let t = Instant::now();
+        let e = run_bounded(Command::new("sleep").arg("5"), Duration::from_millis(200)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t.elapsed() < Duration::from_secs(3));
+    }
+}
