@@ -86,6 +86,9 @@ fn assert_nagle_as(code: i32, v: &Value, port: u16, captured: bool) {
         assert!(n["nagle_side"]["endpoint"].as_str().unwrap().ends_with(&format!(":{port}")));
         assert_eq!(n["nagle_side"]["role"], "server");
         assert_eq!(v["verdict"]["confidence"], "high");
+        // And the server's own sockets: Nagle on.
+        assert!(v["server"]["nagle_on"].as_u64().unwrap() >= 1, "{:#}", v["server"]);
+        assert!(v["verdict"]["evidence"].to_string().contains("step 5"));
     }
 }
 
@@ -106,6 +109,8 @@ fn assert_healthy(code: i32, v: &Value) {
     if root() {
         assert!(v["capture"]["packets"].as_u64().unwrap() > 100, "{:#}", v["capture"]);
         assert!(nagle_in_capture(v).is_none(), "{:#}", v["capture"]);
+        assert_eq!(v["server"]["nagle_on"], 0, "{:#}", v["server"]);
+        assert!(v["server"]["established"].as_u64().unwrap() >= 1, "{:#}", v["server"]);
     }
 }
 
@@ -187,6 +192,10 @@ fn nginx_tcp_nodelay_off_stalls_and_on_does_not() {
     assert_nagle(out.status.code().unwrap(), &v, port_of(off));
     assert!(v["server_header"].as_str().unwrap().starts_with("nginx"));
     assert!(fixes(&v).lines().next().unwrap().contains("tcp_nodelay on;"), "{}", fixes(&v));
+    if root() {
+        assert_eq!(v["server"]["software"], "nginx");
+        assert_eq!(v["server"]["nodelay_setting"], false, "nginx -T read: {:#}", v["server"]);
+    }
     let (code, v) = diagnose(on, &[]);
     assert_healthy(code, &v);
 
@@ -260,6 +269,12 @@ fn jdk_httpserver_default_stalls_and_the_flag_fixes_it() {
     let (code, v) = diagnose(&url, &[]);
     assert_nagle(code, &v, port);
     assert!(fixes(&v).contains("-Dsun.net.httpserver.nodelay=true"), "{}", fixes(&v));
+    if root() {
+        // Found by its process: the JDK's own knob comes first.
+        assert_eq!(v["server"]["software"], "jdk-httpserver", "{:#}", v["server"]);
+        assert_eq!(v["server"]["nodelay_setting"], false);
+        assert!(fixes(&v).lines().next().unwrap().contains("-Dsun.net.httpserver.nodelay=true"));
+    }
     drop(p);
     let port = free_port();
     let _p = jdk(&dir, port, true);

@@ -155,10 +155,8 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
             ));
         }
         if p.nodelay_setting == Some(false) {
-            evidence.push(format!(
-                "step 5: {}'s own setting turns TCP_NODELAY off",
-                Software::from_kind(&p.software).name()
-            ));
+            let src = p.setting_source.as_deref().map(|s| format!(", from {s}")).unwrap_or_default();
+            evidence.push(format!("step 5: {}'s own setting turns TCP_NODELAY off{src}", p.software_name));
         }
     }
     let server = cap.map_or(f.server.clone(), |n| n.nagle_side.endpoint.clone());

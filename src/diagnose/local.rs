@@ -6,8 +6,10 @@ use crate::analyze::{self, analyze};
 use crate::capture::Capture;
 use crate::capture::live::{LiveCapture, LiveError, LiveOptions, LiveStats};
 use crate::filter::Filter;
+use crate::inspect::{self, InspectError};
 use crate::report::Finding;
 use crate::report::diagnose::{CaptureStep, ServerStep, ms};
+use crate::report::inspect::InspectReport;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -171,25 +173,77 @@ pub fn capture_line(c: &CaptureStep) -> String {
 }
 
 /// An inspection running beside the load.
-pub struct Inspecting;
+pub struct Inspecting(JoinHandle<Result<Option<InspectReport>, InspectError>>);
 
-/// Starts inspecting the process listening on `port`.
-pub fn start_inspect(_port: u16) -> Inspecting {
-    Inspecting
+/// How long the load runs before the server's sockets are read, so that its
+/// keep-alive connections exist.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// Starts inspecting the process listening on `port`, beside the load.
+pub fn start_inspect(port: u16) -> Inspecting {
+    Inspecting(std::thread::spawn(move || {
+        std::thread::sleep(SETTLE);
+        match inspect::find_listener(port)? {
+            None => Ok(None),
+            Some(pid) => {
+                let o = inspect::Options { window: Duration::from_millis(500), port: Some(port) };
+                inspect::inspect(pid, &o).map(Some)
+            }
+        }
+    }))
 }
 
-/// Waits for the inspection.
-pub fn finish_inspect(_i: Inspecting, missing: &mut Vec<String>) -> Option<ServerStep> {
-    missing.push("step 5: process inspection is not built yet".into());
-    None
+/// Waits for the inspection; says in `missing` why there is none.
+pub fn finish_inspect(i: Inspecting, port: u16, missing: &mut Vec<String>) -> Option<ServerStep> {
+    let r = match i.0.join() {
+        Ok(Ok(Some(r))) => r,
+        Ok(Ok(None)) => {
+            missing.push(format!(
+                "step 5: no process in this host's network namespace listens on port {port} (a container? run tcpdoctor inspect inside it)"
+            ));
+            return None;
+        }
+        Ok(Err(e)) => {
+            missing.push(format!("step 5: {e}"));
+            return None;
+        }
+        Err(_) => {
+            missing.push("step 5: the inspection thread failed".into());
+            return None;
+        }
+    };
+    Some(ServerStep {
+        pid: r.process.pid,
+        name: r.process.comm.clone(),
+        software: r.software.kind.to_string(),
+        software_name: r.software.name.clone(),
+        nodelay_setting: r.software.nodelay_setting,
+        setting_source: r.software.setting_source.clone(),
+        established: r.summary.established as usize,
+        nagle_on: r.summary.nagle_on as usize,
+        unreadable: r.summary.nodelay_unknown as usize,
+    })
 }
 
 /// Step 5's line.
 pub fn server_line(s: &ServerStep) -> String {
+    let setting = match s.nodelay_setting {
+        Some(on) => format!(
+            "; its own TCP_NODELAY setting is {}{}",
+            if on { "on" } else { "off" },
+            s.setting_source.as_deref().map(|src| format!(" ({})", short_source(src))).unwrap_or_default()
+        ),
+        None => String::new(),
+    };
     format!(
-        "pid {} {} ({}): {} of {} established connections have Nagle on",
-        s.pid, s.name, s.software, s.nagle_on, s.established
+        "pid {} {} ({}){setting}; {} of {} established connections on the port have Nagle on",
+        s.pid, s.name, s.software_name, s.nagle_on, s.established
     )
+}
+
+/// `nginx -T` rather than the whole command that was run.
+fn short_source(src: &str) -> &str {
+    if src.contains("nginx") && src.contains(" -T") { "nginx -T" } else { src.trim_matches('`') }
 }
 
 #[cfg(test)]

@@ -253,7 +253,7 @@ fn load_step(
     }
     let result = bench::run(&bench_opts(o, o.load, false), &mut |_, _| {});
     let capture = cap.and_then(|c| local::finish_capture(c, missing));
-    let server = inspect.and_then(|i| local::finish_inspect(i, missing));
+    let server = inspect.and_then(|i| local::finish_inspect(i, addr.port(), missing));
     let load = match result {
         Ok(r) => {
             if r.interrupted {

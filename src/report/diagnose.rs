@@ -146,8 +146,12 @@ pub struct ServerStep {
     pub name: String,
     /// Server software kind: nginx, jdk-httpserver, java, python, node, go, other.
     pub software: String,
+    /// The software in words.
+    pub software_name: String,
     /// The software's own TCP_NODELAY knob, when known (nginx `tcp_nodelay`, the JDK property).
     pub nodelay_setting: Option<bool>,
+    /// Where that setting was read (`nginx -T`, `command line`, `default`…).
+    pub setting_source: Option<String>,
     /// Established connections seen.
     pub established: usize,
     /// Of those, with TCP_NODELAY off (Nagle on).
