@@ -387,7 +387,7 @@ fn unprivileged_runs_still_conclude_and_say_what_is_missing() {
     let missing = v["missing"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect::<Vec<_>>().join("\n");
     assert!(missing.contains("step 1") && missing.contains("raw SYN"), "{missing}");
     assert!(missing.contains("step 4: no packet capture") && missing.contains("CAP_NET_RAW"), "{missing}");
-    assert!(missing.contains("step 5"), "{missing}");
+    assert!(missing.contains("step 5") && missing.contains("needs ptrace permission"), "{missing}");
 }
 
 #[test]
