@@ -186,11 +186,12 @@ fn parse(buf: &[u8]) -> Result<Option<Parsed>, ()> {
     Ok((buf.len() >= head + body).then_some(Parsed { len: head + body, close }))
 }
 
-fn header(mode: Mode, close: bool) -> Vec<u8> {
+fn header(mode: Mode, close: bool, nodelay: bool) -> Vec<u8> {
+    // The mode as it is now: the Nagle server switched to TCP_NODELAY says so.
+    let name = if mode == Mode::Nagle && nodelay { "nagle, switched to nodelay" } else { mode.name() };
     format!(
-        "HTTP/1.1 200 OK\r\nServer: tcpdoctor-lab/{} ({})\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n",
+        "HTTP/1.1 200 OK\r\nServer: tcpdoctor-lab/{} ({name})\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n",
         env!("CARGO_PKG_VERSION"),
-        mode.name(),
         BODY.len(),
         if close { "Connection: close\r\n" } else { "" }
     )
@@ -234,7 +235,7 @@ fn serve(mut conn: TcpStream, s: &Shared) -> io::Result<()> {
                     set_nodelay(&conn, want);
                     nodelay = want;
                 }
-                let head = header(s.mode, p.close);
+                let head = header(s.mode, p.close, nodelay);
                 match s.mode {
                     Mode::Think(d) => {
                         std::thread::sleep(d);
@@ -287,14 +288,14 @@ mod tests {
         let srv = Server::start(Mode::Nagle, "127.0.0.1:0".parse().unwrap()).unwrap();
         let mut c = TcpStream::connect(srv.addr()).unwrap();
         c.set_nodelay(true).unwrap();
-        let slowest = |c: &mut TcpStream| {
+        let slowest = |c: &mut TcpStream, nodelay: bool| {
             let mut worst = Duration::ZERO;
             for _ in 0..6 {
                 let t = std::time::Instant::now();
                 c.write_all(b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n").unwrap();
                 let mut got = 0;
                 let mut b = [0u8; 4096];
-                let want = header(Mode::Nagle, false).len() + BODY.len();
+                let want = header(Mode::Nagle, false, nodelay).len() + BODY.len();
                 while got < want {
                     got += c.read(&mut b).unwrap();
                 }
@@ -303,9 +304,12 @@ mod tests {
             worst
         };
         // Keep-alive requests after the first are held by Nagle ~40 ms.
-        assert!(slowest(&mut c) >= Duration::from_millis(30));
+        assert!(slowest(&mut c, false) >= Duration::from_millis(30));
+        // The switch takes effect from the next response, on this open connection.
         srv.set_nodelay(true);
-        slowest(&mut c); // the switch takes effect from the next response
-        assert!(slowest(&mut c) < Duration::from_millis(30));
+        assert!(slowest(&mut c, true) < Duration::from_millis(30));
+        let mut rest = [0u8; 1];
+        c.set_nonblocking(true).unwrap();
+        assert!(c.read(&mut rest).is_err(), "every response was read whole");
     }
 }
