@@ -124,6 +124,113 @@ impl Dist {
     }
 }
 
+/// Bins per factor of ten in [`Coarse`] and in the report's histograms.
+pub const BINS_PER_DECADE: u32 = 20;
+/// Coarse bins: [0, 1 µs), then 20 per decade up to 10^8 µs (100 s), then one for the rest.
+const COARSE_BINS: usize = 2 + 8 * BINS_PER_DECADE as usize;
+
+/// Bin of a duration in µs.
+#[inline]
+fn coarse_bin(us: f64) -> usize {
+    if us < 1.0 {
+        return 0;
+    }
+    ((us.log10() * f64::from(BINS_PER_DECADE)).floor() as usize + 1).min(COARSE_BINS - 1)
+}
+
+/// Lower and upper edge of a coarse bin, ms (the last bin's upper edge is infinite).
+pub fn coarse_edges_ms(b: usize) -> (f64, f64) {
+    let edge = |k: usize| 10f64.powf(k as f64 / f64::from(BINS_PER_DECADE)) / 1e3;
+    match b {
+        0 => (0.0, 1e-3),
+        _ if b >= COARSE_BINS - 1 => (edge(b - 1), f64::INFINITY),
+        _ => (edge(b - 1), edge(b)),
+    }
+}
+
+/// A small fixed-size histogram of durations (log bins, ±6 %): cheap enough to
+/// keep one per second of a run, for latency over time and for drawing.
+#[derive(Clone, Debug)]
+pub struct Coarse {
+    counts: [u32; COARSE_BINS],
+    n: u64,
+    max_ns: i64,
+}
+
+impl Default for Coarse {
+    fn default() -> Coarse {
+        Coarse { counts: [0; COARSE_BINS], n: 0, max_ns: 0 }
+    }
+}
+
+impl Coarse {
+    /// Records a duration in ns (negative counts as 0).
+    #[inline]
+    pub fn record(&mut self, ns: i64) {
+        let ns = ns.max(0);
+        self.counts[coarse_bin(ns as f64 / 1e3)] += 1;
+        self.n += 1;
+        self.max_ns = self.max_ns.max(ns);
+    }
+    /// Adds another histogram.
+    pub fn merge(&mut self, o: &Coarse) {
+        for (a, b) in self.counts.iter_mut().zip(&o.counts) {
+            *a += b;
+        }
+        self.n += o.n;
+        self.max_ns = self.max_ns.max(o.max_ns);
+    }
+    /// Number of values.
+    pub fn count(&self) -> u64 {
+        self.n
+    }
+    /// Largest value, ms.
+    pub fn max_ms(&self) -> f64 {
+        self.max_ns as f64 / 1e6
+    }
+    /// The `q` quantile (0..=1), ms: the geometric middle of its bin, never above the maximum; 0 when empty.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        if self.n == 0 {
+            return 0.0;
+        }
+        let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
+        let mut seen = 0u64;
+        for (b, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                let (lo, hi) = coarse_edges_ms(b);
+                let mid = if b == 0 {
+                    hi / 2.0
+                } else if hi.is_finite() {
+                    (lo * hi).sqrt()
+                } else {
+                    lo
+                };
+                return mid.min(self.max_ms());
+            }
+        }
+        self.max_ms()
+    }
+    /// The filled bins: (bin, count).
+    pub fn bins(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.counts.iter().enumerate().filter(|(_, c)| **c > 0).map(|(b, &c)| (b, u64::from(c)))
+    }
+}
+
+impl From<&Dist> for Coarse {
+    /// Re-bins a fine distribution (each fine bucket goes whole into the coarse bin of its middle).
+    fn from(d: &Dist) -> Coarse {
+        let mut c = Coarse::default();
+        for (us, n) in d.filled() {
+            let b = &mut c.counts[coarse_bin(us)];
+            *b = b.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        c.n = d.n;
+        c.max_ns = d.max_us as i64 * 1000;
+        c
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +264,26 @@ mod tests {
         assert_eq!(a.count(), 3);
         assert_eq!(a.spread().max, 200.0);
         assert_eq!(Dist::default().spread(), Spread::default());
+    }
+
+    #[test]
+    fn coarse_bins_cover_their_values_and_rebin_a_fine_distribution() {
+        for us in [0.5, 1.0, 9.99, 10.0, 40_000.0, 43_700.0, 99_999_999.0, 1e12] {
+            let (lo, hi) = coarse_edges_ms(coarse_bin(us));
+            assert!(lo <= us / 1e3 * 1.000_001 && us / 1e3 < hi, "{us} µs in [{lo}, {hi}) ms");
+        }
+        let (mut c, mut d) = (Coarse::default(), Dist::default());
+        for i in 0..1000 {
+            let ns = if i % 10 == 0 { 200_000_000 } else { 40_000_000 + i * 1000 };
+            c.record(ns);
+            d.record(ns);
+        }
+        let r = Coarse::from(&d);
+        assert_eq!((c.count(), r.count()), (1000, 1000));
+        assert_eq!(c.bins().collect::<Vec<_>>(), r.bins().collect::<Vec<_>>());
+        // ±6 %: half a bin of 10^(1/20).
+        assert!((c.quantile_ms(0.5) - 40.5).abs() < 40.5 * 0.06, "{}", c.quantile_ms(0.5));
+        assert_eq!(c.quantile_ms(1.0), 200.0);
+        assert_eq!(Coarse::default().quantile_ms(0.5), 0.0);
     }
 }

@@ -59,7 +59,8 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
         }
     };
     m.conns.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(num(&a.id).cmp(&num(&b.id))));
-    let ladder = m.flow.take().or(m.worst.take().map(|w| w.1));
+    let stalled_exchanges: Vec<report::Ladder> = m.stalled.drain(..).map(|w| w.1).collect();
+    let ladder = m.flow.take().or(stalled_exchanges.first().cloned());
     Report {
         schema: report::SCHEMA_VERSION,
         version: env!("CARGO_PKG_VERSION"),
@@ -69,6 +70,7 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
         connections: m.conns,
         connections_omitted: m.conns_omitted,
         ladder,
+        stalled_exchanges,
         warnings: m.warnings,
     }
 }
@@ -251,6 +253,7 @@ fn breakdown_of(server: Endpoint, s: &ServerAgg) -> Breakdown {
         transfer_ms: ms(s.sum_transfer / n),
         stall_ms: ms(s.sum_stall / n),
         loss_ms: ms(s.sum_loss / n),
+        latency_histogram: report::Histogram::from(&s.total),
     }
 }
 

@@ -8,6 +8,24 @@ use crate::wire::Endpoint;
 use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 
+/// Stalled-exchange ladders kept for the report.
+pub(crate) const STALLED_LADDERS: usize = 20;
+
+/// Whether a ladder with this stall time would be among the [`STALLED_LADDERS`] worst.
+pub(crate) fn worth_keeping(v: &[(i64, Ladder)], stall: i64) -> bool {
+    v.len() < STALLED_LADDERS || v.last().is_some_and(|w| w.0 < stall)
+}
+
+/// Keeps `l` if it is among the [`STALLED_LADDERS`] worst (by stall time; earlier first on ties).
+pub(crate) fn keep_stalled(v: &mut Vec<(i64, Ladder)>, stall: i64, l: Ladder) {
+    if !worth_keeping(v, stall) {
+        return;
+    }
+    let at = v.partition_point(|w| w.0 >= stall);
+    v.insert(at, (stall, l));
+    v.truncate(STALLED_LADDERS);
+}
+
 /// Example frames kept per finding.
 pub(crate) const EXAMPLES: usize = 5;
 
@@ -66,7 +84,8 @@ pub(crate) struct FileResult {
     pub(crate) conns: Vec<report::Connection>,
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
-    pub(crate) worst: Option<(i64, Ladder)>,
+    /// Ladders of the worst stalled exchanges (one per connection), worst first, at most [`STALLED_LADDERS`].
+    pub(crate) stalled: Vec<(i64, Ladder)>,
     pub(crate) flow: Option<Ladder>,
     pub(crate) warnings: Vec<String>,
 }
@@ -147,10 +166,8 @@ impl FileResult {
         }
         self.conns.extend(f.conns);
         self.conns_omitted += f.conns_omitted;
-        if let Some(w) = f.worst
-            && self.worst.as_ref().is_none_or(|m| w.0 > m.0)
-        {
-            self.worst = Some(w);
+        for (stall, l) in f.stalled {
+            keep_stalled(&mut self.stalled, stall, l);
         }
         self.flow = self.flow.take().or(f.flow);
         self.warnings.extend(f.warnings);

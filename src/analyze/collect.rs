@@ -2,9 +2,9 @@
 //! folds what they observe into the file's aggregates, connection rows and ladders.
 
 use super::Options;
-use super::agg::{EXAMPLES, FileResult, ServerAgg, push_example};
+use super::agg::{EXAMPLES, FileResult, ServerAgg, keep_stalled, push_example, worth_keeping};
 use crate::detect::{Detectors, Exchange, Observation, Stall};
-use crate::report::{self, Ladder, Mark, Row, RowKind};
+use crate::report::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
 use crate::tcp::table::Totals;
 use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, Side, Sink};
 use crate::wire::{Endpoint, Segment};
@@ -38,7 +38,7 @@ struct Acc {
     lost_ns: i64,
     cur: Vec<Row>,
     cur_stall: i64,
-    worst: Option<(i64, Vec<Row>)>,
+    worst: Option<(i64, Vec<Row>, ExchangeTimes)>,
     flow: Option<Vec<Row>>,
     flow_truncated: bool,
     flow_checked: bool,
@@ -175,7 +175,15 @@ impl<'o> Collector<'o> {
         }
         // Close the ladder of the exchange that just ended.
         if st.cur_stall > 0 && st.worst.as_ref().is_none_or(|w| st.cur_stall > w.0) {
-            st.worst = Some((st.cur_stall, std::mem::take(&mut st.cur)));
+            let times = ExchangeTimes {
+                total_ms: report::ms(total),
+                network_ms: report::ms(network),
+                think_ms: report::ms(think),
+                transfer_ms: report::ms(transfer),
+                stall_ms: report::ms(stall),
+                loss_ms: report::ms(x.loss),
+            };
+            st.worst = Some((st.cur_stall, std::mem::take(&mut st.cur), times));
         }
         st.cur.clear();
         st.cur_stall = 0;
@@ -268,8 +276,8 @@ impl Sink<ConnState> for Collector<'_> {
                 a.connections += 1;
             }
         }
-        if let Some((stall, rows)) = st.worst.take()
-            && self.r.worst.as_ref().is_none_or(|w| stall > w.0)
+        if let Some((stall, rows, times)) = st.worst.take()
+            && worth_keeping(&self.r.stalled, stall)
         {
             let mut l = Ladder {
                 connection: id.clone(),
@@ -278,9 +286,10 @@ impl Sink<ConnState> for Collector<'_> {
                 server: info.server.to_string(),
                 rows,
                 truncated: false,
+                times: Some(times),
             };
             l.finish_times();
-            self.r.worst = Some((stall, l));
+            keep_stalled(&mut self.r.stalled, stall, l);
         }
         if let Some(rows) = st.flow.take() {
             let mut l = Ladder {
@@ -290,6 +299,7 @@ impl Sink<ConnState> for Collector<'_> {
                 server: info.server.to_string(),
                 rows,
                 truncated: st.flow_truncated,
+                times: None,
             };
             l.finish_times();
             self.r.flow = Some(l);

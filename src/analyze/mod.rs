@@ -23,6 +23,8 @@ pub struct Options {
     pub flow: Option<String>,
     /// Most rows a ladder shows.
     pub ladder_rows: usize,
+    /// Bytes of input analysed so far, for a progress bar (updated every few MB).
+    pub progress: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Timestamps further than this from a file's first packet (~13 days) are
@@ -66,6 +68,9 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
         if packets.offset() >= next_window {
             cap.window(packets.offset() as usize);
             next_window += capture::WINDOW as u64;
+            if let Some(p) = &opts.progress {
+                p.fetch_add(capture::WINDOW as u64, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         last_ts = last_ts.max(ts);
         if !p.link.supported() {

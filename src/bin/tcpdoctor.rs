@@ -153,6 +153,9 @@ struct DiagnoseArgs {
     /// Print the whole record as JSON.
     #[arg(long)]
     json: bool,
+    /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -188,6 +191,9 @@ struct AnalyzeArgs {
     /// Most rows in a ladder.
     #[arg(long, default_value_t = 60, value_name = "N")]
     ladder_rows: usize,
+    /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -239,6 +245,9 @@ struct BenchArgs {
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
+    /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -335,7 +344,6 @@ fn run_inspect(a: InspectArgs) -> ExitCode {
 }
 
 fn run_bench(a: BenchArgs) -> ExitCode {
-    use std::io::IsTerminal;
     let body = match (&a.body, &a.body_file) {
         (Some(b), _) => b.clone().into_bytes(),
         (None, Some(f)) => match std::fs::read(f) {
@@ -359,29 +367,36 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         quickack: a.quickack,
         split_writes: a.split_writes,
     };
-    let tty = std::io::stderr().is_terminal();
+    let html = match html_file(&a.html) {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    // Hidden by indicatif itself when stderr is not a terminal.
+    let bar = indicatif::ProgressBar::new(a.duration.as_millis() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("  {bar:30} {elapsed:>3}/{msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     let total = a.duration;
     let mut progress = |t: std::time::Duration, n: u64| {
-        if tty {
-            eprint!(
-                "\r\x1b[K  {:.0}s / {:.0}s  {n} requests  {:.0} req/s",
-                t.as_secs_f64(),
-                total.as_secs_f64(),
-                n as f64 / t.as_secs_f64()
-            );
-        }
+        bar.set_position(t.as_millis() as u64);
+        bar.set_message(format!(
+            "{:.0}s  {n} requests  {:.0} req/s",
+            total.as_secs_f64(),
+            n as f64 / t.as_secs_f64().max(1e-3)
+        ));
     };
     tcpdoctor::interrupt::catch();
-    match tcpdoctor::measure::bench::run(&o, &mut progress) {
+    let result = tcpdoctor::measure::bench::run(&o, &mut progress);
+    bar.finish_and_clear();
+    match result {
         Ok(r) => {
-            if tty {
-                eprint!("\r\x1b[K");
-            }
             if a.json {
                 print_json(&r);
             } else {
                 print(&report::bench::render(&r, a.latency));
             }
+            write_html(html, || report::html::bench(&r));
             ExitCode::from(exit::OK)
         }
         Err(e) => fail(exit::INPUT, e),
@@ -474,6 +489,27 @@ fn output(r: &Report, json: bool) {
     }
 }
 
+/// The `--html` file, created before the work starts so a bad path fails at once.
+fn html_file(path: &Option<PathBuf>) -> Result<Option<(PathBuf, std::fs::File)>, ExitCode> {
+    let Some(p) = path else { return Ok(None) };
+    match std::fs::File::create(p) {
+        Ok(f) => Ok(Some((p.clone(), f))),
+        Err(e) => {
+            Err(fail(exit::USAGE, format!("--html {}: cannot create it: {e} (choose a writable path)", p.display())))
+        }
+    }
+}
+
+/// Writes the HTML report; says where on stderr (stdout keeps the text or JSON).
+fn write_html(file: Option<(PathBuf, std::fs::File)>, html: impl FnOnce() -> String) {
+    if let Some((p, mut f)) = file {
+        match f.write_all(html().as_bytes()).and_then(|_| f.flush()) {
+            Ok(()) => eprintln!("tcpdoctor: HTML report written to {}", p.display()),
+            Err(e) => eprintln!("tcpdoctor: warning: --html {}: cannot write it: {e}", p.display()),
+        }
+    }
+}
+
 fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("tcpdoctor: {msg}");
     ExitCode::from(code)
@@ -488,6 +524,10 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
     if stdin_count > 1 {
         return fail(exit::USAGE, "standard input (`-`) can be given only once");
     }
+    let html = match html_file(&a.html) {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
     let mut caps = Vec::new();
     let mut skipped = Vec::new();
     for f in &a.files {
@@ -499,8 +539,16 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
     if caps.is_empty() {
         return fail(exit::INPUT, skipped.join("; "));
     }
-    let opts = Options { filter, flow: a.flow.clone(), ladder_rows: a.ladder_rows };
-    let mut r = match analyze::analyze(&caps, &opts) {
+    let total: u64 = caps.iter().map(|c| c.bytes().len() as u64).sum();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let opts = Options { filter, flow: a.flow.clone(), ladder_rows: a.ladder_rows, progress: Some(done.clone()) };
+    let bar = analysis_bar(total, done);
+    let result = analyze::analyze(&caps, &opts);
+    if let Some((bar, stop)) = bar {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = bar.join();
+    }
+    let mut r = match result {
         Ok(r) => r,
         Err(e) if skipped.is_empty() => return fail(exit::INPUT, e),
         Err(e) => return fail(exit::INPUT, format!("{e}; also {}", skipped.join("; "))),
@@ -514,6 +562,7 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
         return fail(exit::USAGE, format!("--flow {id}: no such connection (ids are in the CONNECTIONS table)"));
     }
     output(&r, a.json);
+    write_html(html, || report::html::analyze(&r));
     let partial =
         r.inputs.len() < a.files.len() || r.inputs.iter().any(|i| i.damage.is_some() || i.malformed_packets > 0);
     if partial {
@@ -527,6 +576,36 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
         return ExitCode::from(exit::PARTIAL);
     }
     ExitCode::from(exit::OK)
+}
+
+/// A progress bar for analyses of large inputs (≥ 64 MiB), drawn from another thread;
+/// none when stderr is not a terminal.
+fn analysis_bar(
+    total: u64,
+    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> Option<(std::thread::JoinHandle<()>, std::sync::Arc<std::sync::atomic::AtomicBool>)> {
+    use std::io::IsTerminal;
+    use std::sync::atomic::Ordering;
+    if total < 64 << 20 || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let h = std::thread::spawn(move || {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "  analysing {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        while !stop2.load(Ordering::Relaxed) {
+            bar.set_position(done.load(Ordering::Relaxed).min(total));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+    });
+    Some((h, stop))
 }
 
 fn measure_failed(e: MeasureError) -> ExitCode {
@@ -627,6 +706,10 @@ fn diagnose_options(a: &DiagnoseArgs) -> diagnose::Options {
 }
 
 fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
+    let html = match html_file(&a.html) {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
     tcpdoctor::interrupt::catch();
     let o = diagnose_options(&a);
     let json = a.json;
@@ -643,6 +726,7 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
                 } else {
                     print(&report::diagnose::render_comparison(&c));
                 }
+                write_html(html, || report::html::diagnose(&before, Some(&c)));
                 ExitCode::from(if c.fixed { exit::OK } else { exit::NO_REPLY })
             }
             Err(e) => fail(exit::INPUT, e),
@@ -675,6 +759,7 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
                 print(&report::diagnose::render_verdict(&r));
                 print(&report::diagnose::render_comparison(&c));
             }
+            write_html(html, || report::html::diagnose(&r, Some(&c)));
             ExitCode::from(if c.fixed { exit::OK } else { exit::NO_REPLY })
         }
         (Ok(r), None) => {
@@ -683,6 +768,7 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
             } else {
                 print(&report::diagnose::render_verdict(&r));
             }
+            write_html(html, || report::html::diagnose(&r, None));
             ExitCode::from(match r.verdict.cause {
                 "none" => exit::OK,
                 "unreachable" => exit::NET,
@@ -816,6 +902,7 @@ fn live_exit(e: &LiveError) -> u8 {
 }
 
 fn main() -> ExitCode {
+    report::style::enable_for_terminal();
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Analyze(a) => run_analyze(a),

@@ -482,6 +482,8 @@ mod tests {
             truncated: false,
             findings: vec![Finding::Retransmission(f)],
             breakdown: vec![],
+            stalled_exchanges: vec![],
+            connections: vec![],
         }
     }
 

@@ -142,6 +142,8 @@ pub fn finish_capture(c: Running, missing: &mut Vec<String>) -> Option<CaptureSt
         truncated: stats.packets >= MAX_PACKETS,
         findings: r.findings,
         breakdown: r.breakdown,
+        stalled_exchanges: r.stalled_exchanges,
+        connections: r.connections.into_iter().take(100).collect(),
     })
 }
 

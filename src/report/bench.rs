@@ -49,12 +49,35 @@ pub struct BenchReport {
     pub connect: Distribution,
     /// Completed responses per second, per thread, sampled every 100 ms.
     pub requests_per_s_per_thread: ThreadRate,
+    /// `latency` as a histogram (for drawing).
+    pub latency_histogram: super::Histogram,
+    /// Width of one `timeline` point, s.
+    pub timeline_step_s: f64,
+    /// Latency over time, one point per step, by when each response ended.
+    pub timeline: Vec<TimePoint>,
     /// Errors by kind.
     pub errors: Errors,
     /// Responses by status code.
     pub status_codes: BTreeMap<u16, u64>,
     /// Plain-language observations (delayed-ACK clustering and its signature).
     pub notes: Vec<String>,
+}
+
+/// Latency during one step of a run (percentiles ±6 %).
+#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+pub struct TimePoint {
+    /// Start of the step, s since the run started.
+    pub t_s: f64,
+    /// Responses completed in the step.
+    pub requests: u64,
+    /// Their rate.
+    pub requests_per_s: f64,
+    /// Median latency, ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Largest, ms.
+    pub max_ms: f64,
 }
 
 /// Client settings of a run.
@@ -255,7 +278,7 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
         let _ = writeln!(s, "  interrupted: results cover the first {}", time_ms(r.elapsed_s * 1e3));
     }
     for n in &r.notes {
-        let _ = writeln!(s, "NOTE: {n}");
+        let _ = writeln!(s, "{} {n}", super::style::warn("NOTE:"));
     }
     s
 }

@@ -80,6 +80,8 @@ pub struct LoadStep {
     pub max_read_gap: Distribution,
     /// Errors of every kind.
     pub errors: u64,
+    /// `latency` as a histogram (for drawing).
+    pub latency_histogram: super::Histogram,
     /// bench's notes (delayed-ACK clustering and its signature, error words).
     pub notes: Vec<String>,
 }
@@ -98,6 +100,7 @@ impl LoadStep {
             time_to_first_byte: Distribution::default(),
             max_read_gap: Distribution::default(),
             errors: 0,
+            latency_histogram: super::Histogram::default(),
             notes: Vec::new(),
         }
     }
@@ -115,6 +118,7 @@ impl LoadStep {
             time_to_first_byte: r.time_to_first_byte.clone(),
             max_read_gap: r.max_read_gap.clone(),
             errors: r.errors.total(),
+            latency_histogram: r.latency_histogram.clone(),
             notes: r.notes.clone(),
         }
     }
@@ -135,6 +139,10 @@ pub struct CaptureStep {
     pub findings: Vec<Finding>,
     /// Where the server's exchange time went.
     pub breakdown: Vec<Breakdown>,
+    /// Ladders of the worst stalled exchanges (at most 20), worst first.
+    pub stalled_exchanges: Vec<super::Ladder>,
+    /// Connections, most time lost first (at most 100).
+    pub connections: Vec<super::Connection>,
 }
 
 /// The server process found listening on the port.
@@ -199,6 +207,9 @@ pub struct Summary {
     pub stalls: Option<u64>,
     /// Time lost per request, ms.
     pub lost_per_request_ms: f64,
+    /// Latency under load as a histogram (for the HTML overlay; not in the comparison's JSON).
+    #[serde(skip)]
+    pub latency_histogram: Option<super::Histogram>,
 }
 
 impl Summary {
@@ -214,6 +225,7 @@ impl Summary {
                 c.findings.iter().map(|f| if let Finding::NagleDelayedAck(n) = f { n.stalls } else { 0 }).sum()
             }),
             lost_per_request_ms: r.verdict.lost_per_request_ms,
+            latency_histogram: r.load.as_ref().map(|l| l.latency_histogram.clone()),
         }
     }
 
@@ -235,6 +247,7 @@ impl Summary {
             requests_per_s: load.and_then(|l| l["requests_per_s"].as_f64()),
             stalls,
             lost_per_request_ms: v["verdict"]["lost_per_request_ms"].as_f64().unwrap_or(0.0),
+            latency_histogram: load.and_then(|l| serde_json::from_value(l["latency_histogram"].clone()).ok()),
         })
     }
 }
@@ -286,7 +299,9 @@ pub fn ms(v: f64) -> String {
 pub fn render_verdict(r: &DiagnoseReport) -> String {
     let v = &r.verdict;
     let mut s = String::new();
-    let _ = writeln!(s, "\nVERDICT ({} confidence): {}", v.confidence, v.summary);
+    let head = format!("VERDICT ({} confidence):", v.confidence);
+    let paint = if v.cause == "none" { super::style::good } else { super::style::bad };
+    let _ = writeln!(s, "\n{} {}", paint(&head), v.summary);
     if let Some(n) = &v.nagle_side {
         let _ = writeln!(s, "  Nagle (no TCP_NODELAY): {n}");
     }
@@ -297,19 +312,19 @@ pub fn render_verdict(r: &DiagnoseReport) -> String {
         let _ = writeln!(s, "  Lost per request:       {} (median)", ms(v.lost_per_request_ms));
     }
     if !v.evidence.is_empty() {
-        let _ = writeln!(s, "EVIDENCE");
+        let _ = writeln!(s, "{}", super::style::head("EVIDENCE"));
         for e in &v.evidence {
             let _ = writeln!(s, "  - {e}");
         }
     }
     if !r.missing.is_empty() {
-        let _ = writeln!(s, "NOT CHECKED");
+        let _ = writeln!(s, "{}", super::style::warn("NOT CHECKED"));
         for m in &r.missing {
             let _ = writeln!(s, "  - {m}");
         }
     }
     if !v.fix.is_empty() {
-        let _ = writeln!(s, "FIX");
+        let _ = writeln!(s, "{}", super::style::head("FIX"));
         for f in &v.fix {
             let _ = writeln!(s, "  - {f}");
         }
@@ -337,7 +352,7 @@ pub fn render_comparison(c: &Comparison) -> String {
     let _ = writeln!(
         s,
         "{}: median latency under load {} -> {}{}.",
-        if c.fixed { "FIXED" } else { "NOT FIXED" },
+        if c.fixed { super::style::good("FIXED") } else { super::style::bad("NOT FIXED") },
         opt(c.before.p50_ms, ms),
         opt(c.after.p50_ms, ms),
         if c.speedup_p50 > 0.0 { format!(" ({:.0}x)", c.speedup_p50) } else { String::new() }

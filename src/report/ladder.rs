@@ -79,6 +79,25 @@ pub struct Ladder {
     pub rows: Vec<Row>,
     /// More segments existed than were kept.
     pub truncated: bool,
+    /// Where the drawn exchange's time went (absent for a whole connection, `--flow`).
+    pub times: Option<ExchangeTimes>,
+}
+
+/// One exchange's latency, split by cause, ms.
+#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq)]
+pub struct ExchangeTimes {
+    /// Request start → response end, plus the client's side of the path.
+    pub total_ms: f64,
+    /// Network round trip.
+    pub network_ms: f64,
+    /// Server application time.
+    pub think_ms: f64,
+    /// Sending the bytes, stalls excluded.
+    pub transfer_ms: f64,
+    /// Nagle + delayed-ACK stall.
+    pub stall_ms: f64,
+    /// Waiting for lost bytes to be re-sent.
+    pub loss_ms: f64,
 }
 
 impl Ladder {
@@ -115,10 +134,10 @@ impl Ladder {
                 format!("|<{} {what} --|", "-".repeat(body))
             };
             let note = match r.mark {
-                Some(Mark::SmallUnacked) => "  small segment, unacknowledged",
-                Some(Mark::LateAck) => "  << delayed ACK",
-                Some(Mark::Held) => "  << held by Nagle until the ACK",
-                None => "",
+                Some(Mark::SmallUnacked) => super::style::warn("  small segment, unacknowledged"),
+                Some(Mark::LateAck) => super::style::bad("  << delayed ACK"),
+                Some(Mark::Held) => super::style::bad("  << held by Nagle until the ACK"),
+                None => String::new(),
             };
             let _ = writeln!(out, "{:>8} {:>9.3}  {arrow}{note}", r.frame, r.t_ms);
         }

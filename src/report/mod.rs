@@ -4,14 +4,16 @@
 
 pub mod bench;
 pub mod diagnose;
+pub mod html;
 pub mod inspect;
 mod ladder;
 pub mod probe;
+pub mod style;
 pub(crate) mod text;
 pub mod trace;
 
 pub use inspect::InspectReport;
-pub use ladder::{Ladder, Mark, Row, RowKind};
+pub use ladder::{ExchangeTimes, Ladder, Mark, Row, RowKind};
 pub use probe::{ProbeReport, ProbeResult, ProbeSummary};
 pub use text::render;
 pub use trace::{TraceHop, TraceProbe, TraceReport};
@@ -40,6 +42,8 @@ pub struct Report {
     pub connections_omitted: u64,
     /// Packet ladder of the worst stalled exchange, or of `--flow`.
     pub ladder: Option<Ladder>,
+    /// Ladders of the worst stalled exchanges (one per connection, at most 20), worst first.
+    pub stalled_exchanges: Vec<Ladder>,
     /// Problems with the input that did not stop the analysis.
     pub warnings: Vec<String>,
 }
@@ -96,6 +100,44 @@ pub struct Spread {
     pub p90: f64,
     /// Largest.
     pub max: f64,
+}
+
+/// A latency histogram: log-spaced bins (20 per decade, ±6 %), empty bins left out.
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default, PartialEq)]
+pub struct Histogram {
+    /// Filled bins, shortest first.
+    pub bins: Vec<Bin>,
+}
+
+/// One histogram bin.
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize, PartialEq)]
+pub struct Bin {
+    /// Lower edge, ms.
+    pub lo_ms: f64,
+    /// Upper edge, ms (for the last bin, over 100 s: the largest value).
+    pub hi_ms: f64,
+    /// Values in [lo_ms, hi_ms).
+    pub count: u64,
+}
+
+impl From<&crate::dist::Coarse> for Histogram {
+    fn from(c: &crate::dist::Coarse) -> Histogram {
+        let r = |v: f64| (v * 1e6).round() / 1e6;
+        let bins = c
+            .bins()
+            .map(|(b, count)| {
+                let (lo, hi) = crate::dist::coarse_edges_ms(b);
+                Bin { lo_ms: r(lo), hi_ms: r(if hi.is_finite() { hi } else { c.max_ms().max(lo) }), count }
+            })
+            .collect();
+        Histogram { bins }
+    }
+}
+
+impl From<&crate::dist::Dist> for Histogram {
+    fn from(d: &crate::dist::Dist) -> Histogram {
+        Histogram::from(&crate::dist::Coarse::from(d))
+    }
 }
 
 /// One cause, with its evidence.
@@ -279,6 +321,8 @@ pub struct Breakdown {
     pub stall_ms: f64,
     /// Waiting for lost bytes to be re-sent.
     pub loss_ms: f64,
+    /// Client-observed latency per exchange (`total_ms` of each).
+    pub latency_histogram: Histogram,
 }
 
 /// One connection's row.

@@ -1,5 +1,6 @@
 //! Text rendering for a terminal: verdict first, evidence after.
 
+use super::style::{bad, good, head, warn};
 use super::{Finding, Report};
 use std::fmt::Write;
 
@@ -47,15 +48,18 @@ pub fn render(r: &Report) -> String {
         );
     }
     let _ = writeln!(o);
-    let _ = writeln!(o, "VERDICT");
+    let _ = writeln!(o, "{}", head("VERDICT"));
     if r.findings.is_empty() {
         let _ = writeln!(
             o,
-            "  No stall found: no Nagle + delayed-ACK holds, retransmissions, slow connects, zero windows or slow responders."
+            "  {}",
+            good(
+                "No stall found: no Nagle + delayed-ACK holds, retransmissions, slow connects, zero windows or slow responders."
+            )
         );
     }
     for f in &r.findings {
-        let _ = writeln!(o, "  * {}", f.summary());
+        let _ = writeln!(o, "  * {}", bad(f.summary()));
         match f {
             Finding::NagleDelayedAck(n) => {
                 let _ = writeln!(
@@ -91,7 +95,7 @@ pub fn render(r: &Report) -> String {
     }
     if !r.breakdown.is_empty() {
         let _ = writeln!(o);
-        let _ = writeln!(o, "WHERE THE TIME GOES (mean per exchange)");
+        let _ = writeln!(o, "{}", head("WHERE THE TIME GOES (mean per exchange)"));
         let _ = writeln!(
             o,
             "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -115,7 +119,7 @@ pub fn render(r: &Report) -> String {
     }
     if !r.connections.is_empty() {
         let _ = writeln!(o);
-        let _ = writeln!(o, "CONNECTIONS (most time lost first)");
+        let _ = writeln!(o, "{}", head("CONNECTIONS (most time lost first)"));
         let _ = writeln!(
             o,
             "  {:>6} {:<28} {:<28} {:>7} {:>9} {:>6} {:>7} {:>10} {:>9}",
@@ -149,9 +153,9 @@ pub fn render(r: &Report) -> String {
     }
     if !r.warnings.is_empty() {
         let _ = writeln!(o);
-        let _ = writeln!(o, "WARNINGS");
+        let _ = writeln!(o, "{}", head("WARNINGS"));
         for w in &r.warnings {
-            let _ = writeln!(o, "  ! {w}");
+            let _ = writeln!(o, "  ! {}", warn(w));
         }
     }
     o

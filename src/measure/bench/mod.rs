@@ -11,8 +11,8 @@ pub mod http;
 mod sock;
 mod worker;
 
-use crate::dist::Dist;
-use crate::report::bench::{BenchOptions, BenchReport, Distribution, Errors, ThreadRate};
+use crate::dist::{Coarse, Dist};
+use crate::report::bench::{BenchOptions, BenchReport, Distribution, Errors, ThreadRate, TimePoint};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -97,6 +97,8 @@ pub(crate) struct Config {
     nodelay: bool,
     quickack: bool,
     split_writes: bool,
+    /// Width of one point of latency over time (1 s, or longer to keep ≤ 600 points).
+    step: Duration,
     notes: Vec<String>,
 }
 
@@ -196,6 +198,7 @@ impl Config {
             nodelay: o.nodelay,
             quickack: o.quickack,
             split_writes: o.split_writes,
+            step: (o.duration / 600).max(Duration::from_secs(1)),
             notes,
         })
     }
@@ -214,6 +217,8 @@ pub(crate) struct Stats {
     /// Responses by status code (index = code; 0 for codes out of range).
     statuses: Vec<u64>,
     rate_samples: Vec<f64>,
+    /// Latency per `Config::step` of the run, by when the response ended.
+    timeline: Vec<Coarse>,
     /// The first connect, read and write error, in words (errors are counted, not logged).
     first_errors: [Option<String>; 3],
 }
@@ -230,6 +235,7 @@ impl Stats {
             errors: Errors::default(),
             statuses: vec![0; 1000],
             rate_samples: Vec::with_capacity(1024),
+            timeline: Vec::new(),
             first_errors: [None, None, None],
         }
     }
@@ -279,6 +285,12 @@ impl Stats {
             *a += b;
         }
         self.rate_samples.extend(o.rate_samples);
+        if self.timeline.len() < o.timeline.len() {
+            self.timeline.resize_with(o.timeline.len(), Coarse::default);
+        }
+        for (a, b) in self.timeline.iter_mut().zip(&o.timeline) {
+            a.merge(b);
+        }
         for (a, b) in self.first_errors.iter_mut().zip(o.first_errors) {
             if a.is_none() {
                 *a = b;
@@ -303,6 +315,26 @@ pub(crate) fn distribution(d: &Dist) -> Distribution {
         p999: r(d.quantile_ms(0.999)),
         max: r(d.max_ms()),
     }
+}
+
+/// Latency over time; the last point may be shorter than a step (its rate counts only its own time).
+fn timeline(t: &[Coarse], step: Duration, elapsed: Duration) -> Vec<TimePoint> {
+    let r = |v: f64| (v * 1e3).round() / 1e3;
+    t.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let from = step * i as u32;
+            let len = step.min(elapsed.saturating_sub(from)).max(Duration::from_millis(1));
+            TimePoint {
+                t_s: from.as_secs_f64(),
+                requests: c.count(),
+                requests_per_s: (c.count() as f64 / len.as_secs_f64()).round(),
+                p50_ms: r(c.quantile_ms(0.5)),
+                p99_ms: r(c.quantile_ms(0.99)),
+                max_ms: r(c.max_ms()),
+            }
+        })
+        .collect()
 }
 
 fn thread_rate(samples: &[f64]) -> ThreadRate {
@@ -490,6 +522,9 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
         max_read_gap: distribution(&all.gap),
         connect: distribution(&all.connect),
         requests_per_s_per_thread: thread_rate(&all.rate_samples),
+        latency_histogram: crate::report::Histogram::from(&all.latency),
+        timeline_step_s: cfg.step.as_secs_f64(),
+        timeline: timeline(&all.timeline, cfg.step, elapsed),
         notes: notes(&cfg, &all),
         errors: all.errors,
         status_codes,

@@ -66,6 +66,8 @@ pub(super) struct Worker<'a> {
     stats: Stats,
     /// Per-connection request interval with `-R`.
     interval: Option<Duration>,
+    /// When the run started (latency over time counts from here).
+    start: Instant,
 }
 
 impl<'a> Worker<'a> {
@@ -96,6 +98,7 @@ impl<'a> Worker<'a> {
             buf: vec![0; READ_BUF],
             stats: Stats::new(),
             interval,
+            start,
         })
     }
 
@@ -360,6 +363,11 @@ impl<'a> Worker<'a> {
         let st = &mut self.stats;
         let ns = |d: Duration| d.as_nanos() as i64;
         st.latency.record(ns(now - c.origin));
+        let slot = ((now - self.start).as_nanos() / self.cfg.step.as_nanos()) as usize;
+        if st.timeline.len() <= slot {
+            st.timeline.resize_with(slot + 1, Default::default);
+        }
+        st.timeline[slot].record(ns(now - c.origin));
         st.ttfb.record(ns(c.first_byte.unwrap_or(now) - c.origin));
         st.gap.record(ns(c.max_gap));
         st.requests += 1;
