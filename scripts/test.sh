@@ -15,6 +15,7 @@ have javac || need+=(default-jdk-headless)
 have ab || need+=(apache2-utils)
 have python3 || need+=(python3)
 have go || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
+have chromium || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${need[*]}" >&2
   sudo=""

@@ -350,3 +350,27 @@ fn an_html_path_that_cannot_be_written_fails_at_once() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "fails before the run");
 }
+
+#[test]
+fn colour_only_on_a_terminal_and_never_with_no_color() {
+    if !require("script") {
+        return;
+    }
+    let cmd = format!("{} analyze {}", env!("CARGO_BIN_EXE_tcpdoctor"), common::data("nginx_nodelay_off.pcap").display());
+    // `script` gives the command a pseudo-terminal.
+    let on_tty = |no_color: Option<&str>| {
+        let mut c = Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"]).env("TERM", "xterm");
+        match no_color {
+            Some(v) => c.env("NO_COLOR", v),
+            None => c.env_remove("NO_COLOR"),
+        };
+        String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+    };
+    let coloured = on_tty(None);
+    assert!(coloured.contains("\x1b[1;31m* Nagle") || coloured.contains("* \x1b[1;31mNagle"), "{coloured:?}");
+    assert!(coloured.contains("\x1b[1;31m  << delayed ACK\x1b[0m"), "{coloured:?}");
+    assert!(!on_tty(Some("1")).contains('\x1b'), "NO_COLOR=1 turns colour off");
+    let piped = bin().arg("analyze").arg(common::data("nginx_nodelay_off.pcap")).output().unwrap();
+    assert!(!String::from_utf8_lossy(&piped.stdout).contains('\x1b'), "no colour into a pipe");
+}
