@@ -356,7 +356,8 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
     if !require("script") {
         return;
     }
-    let cmd = format!("{} analyze {}", env!("CARGO_BIN_EXE_tcpdoctor"), common::data("nginx_nodelay_off.pcap").display());
+    let cmd =
+        format!("{} analyze {}", env!("CARGO_BIN_EXE_tcpdoctor"), common::data("nginx_nodelay_off.pcap").display());
     // `script` gives the command a pseudo-terminal.
     let on_tty = |no_color: Option<&str>| {
         let mut c = Command::new("script");
@@ -373,4 +374,20 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
     assert!(!on_tty(Some("1")).contains('\x1b'), "NO_COLOR=1 turns colour off");
     let piped = bin().arg("analyze").arg(common::data("nginx_nodelay_off.pcap")).output().unwrap();
     assert!(!String::from_utf8_lossy(&piped.stdout).contains('\x1b'), "no colour into a pipe");
+}
+
+#[test]
+fn a_flow_ladder_comes_first_in_the_picker() {
+    let p = tmp("flow.html");
+    let out = bin()
+        .args(["analyze", &common::data("nagle_ns.pcapng").to_string_lossy(), "--flow", "2", "--html"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let html = std::fs::read_to_string(&p).unwrap();
+    well_formed(&html).unwrap();
+    let options: Vec<&str> = html.split("<option ").skip(1).collect();
+    assert_eq!(options.len(), 2, "{options:?}");
+    assert!(options[0].contains("Connection 2: ") && options[1].contains("Worst stalled exchange"), "{options:?}");
 }

@@ -196,8 +196,9 @@ fn finding(f: &Finding) -> Markup {
 pub fn analyze(r: &Report) -> String {
     let bad = !r.findings.is_empty();
     let files: Vec<&str> = r.inputs.iter().map(|i| i.file.as_str()).collect();
-    let ls: Vec<Ladder> =
-        if r.stalled_exchanges.is_empty() { r.ladder.iter().cloned().collect() } else { r.stalled_exchanges.clone() };
+    // A `--flow` ladder (no exchange times) comes first, then the worst stalled exchanges.
+    let flow = r.ladder.iter().filter(|l| l.times.is_none()).cloned();
+    let ls: Vec<Ladder> = flow.chain(r.stalled_exchanges.iter().cloned()).collect();
     page(
         &format!("tcpdoctor: {}", files.join(", ")),
         html! {
