@@ -315,7 +315,10 @@ fn run_inspect(a: InspectArgs) -> ExitCode {
             Ok(None) => {
                 return fail(
                     exit::INPUT,
-                    format!("port {port}: nothing listens on it (checked /proc/net/tcp and tcp6)"),
+                    format!(
+                        "port {port}: nothing listens on it (checked /proc/net/tcp and tcp6); `ss -ltnp` lists \
+the listening ports and their processes"
+                    ),
                 );
             }
             Err(e) => return inspect_failed(e),
