@@ -238,8 +238,9 @@ fn lab_process_with_nagle_and_nodelay_servers_text() {
     }
 }
 
-/// Debian's nginx (master + worker) serving tests/data/lab's page, config from
-/// tests/data/lab/nginx.conf.template with `tcp_nodelay` on or off.
+/// Debian's nginx (master + worker) serving a small page, config from
+/// tests/data/lab/nginx.conf.template with `tcp_nodelay` on or off; `off` is
+/// set in the server block, where `inspect PID` (no port given) must find it too.
 fn nginx(dir: &std::path::Path, port: u16, nodelay: bool) -> Proc {
     std::fs::create_dir_all(dir.join("www")).unwrap();
     std::fs::write(dir.join("www/index.html"), format!("<html>{}</html>\n", "tcpdoctor inspect test. ".repeat(24)))
@@ -251,6 +252,12 @@ fn nginx(dir: &std::path::Path, port: u16, nodelay: bool) -> Proc {
         .replace("@ROOT@", &format!("{d}/www"))
         .replace("@PORT@", &port.to_string())
         .replace("@NODELAY@", if nodelay { "on" } else { "off" });
+    if !nodelay {
+        conf = conf
+            .replace("    tcp_nodelay off;\n", "")
+            .replace("    server {\n", "    server {\n        tcp_nodelay off;\n");
+        assert!(conf.contains("server {\n        tcp_nodelay off;\n"), "{conf}");
+    }
     if !root() {
         conf = conf.replace("user root;", "");
     }

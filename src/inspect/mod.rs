@@ -258,7 +258,10 @@ pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> 
     let summary = Summary::of(&sockets);
 
     let proc = software::Proc::read(pid);
-    let software = software::classify(&proc, opts.port);
+    // A server on one port has one set of settings that apply: nginx's
+    // server block for that port, not only its http-level defaults.
+    let only_port = (listen_ports.len() == 1).then(|| listen_ports.iter().copied().next()).flatten();
+    let software = software::classify(&proc, opts.port.or(only_port));
     let mut host = Host {
         tcp_autocorking: host::sysctl("tcp_autocorking"),
         tcp_pingpong_thresh: host::sysctl("tcp_pingpong_thresh"),
