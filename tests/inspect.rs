@@ -414,7 +414,7 @@ fn a_process_that_exits_during_the_window() {
         let t = Instant::now();
         let running = std::thread::spawn(move || run(c));
         // Reading the sockets takes tens of ms; stop the server well after, well before the window ends.
-        std::thread::sleep(Duration::from_millis(600));
+        std::thread::sleep(Duration::from_millis(800));
         drop(p);
         let r = running.join().unwrap();
         assert!(t.elapsed() >= Duration::from_secs(2), "the window is kept");
