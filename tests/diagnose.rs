@@ -5,14 +5,13 @@
 
 mod common;
 
-use common::Proc;
+use common::{Proc, free_port, javac, jdk, lab, port_of, tmpdir, url_of, wait_listening};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Diagnoses measure latency: two at once on two cores would disturb each other.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -22,27 +21,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tcpdoctor"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn wait_listening(port: u16, p: &mut Proc) {
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(p.0.try_wait().unwrap().is_none(), "server exited before listening on {port}");
-        assert!(t.elapsed() < Duration::from_secs(30), "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tcpdoctor-diag-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::tcpdoctor()
 }
 
 /// Runs `diagnose URL --json ARGS…`; returns the exit code and the record.
@@ -112,38 +91,6 @@ fn assert_healthy(code: i32, v: &Value) {
         assert_eq!(v["server"]["nagle_on"], 0, "{:#}", v["server"]);
         assert!(v["server"]["established"].as_u64().unwrap() >= 1, "{:#}", v["server"]);
     }
-}
-
-/// `tcpdoctor lab --json`: the servers it printed, by name → URL.
-fn lab(args: &[&str]) -> (Proc, Vec<(String, String)>) {
-    let mut c = bin().args(["lab", "--json", "-d", "300s"]).args(args).stdout(Stdio::piped()).spawn().unwrap();
-    let out = c.stdout.take().unwrap();
-    let p = Proc(c);
-    let mut text = String::new();
-    for line in BufReader::new(out).lines() {
-        let line = line.unwrap();
-        let end = line == "]";
-        text.push_str(&line);
-        if end {
-            break;
-        }
-    }
-    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    let servers = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (s["name"].as_str().unwrap().to_string(), s["url"].as_str().unwrap().to_string()))
-        .collect();
-    (p, servers)
-}
-
-fn url_of<'a>(servers: &'a [(String, String)], name: &str) -> &'a str {
-    &servers.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name} in {servers:?}")).1
-}
-
-fn port_of(url: &str) -> u16 {
-    url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap()
 }
 
 #[test]
@@ -230,29 +177,6 @@ fn nginx_pid(name: &str, off: &str, on: &str) -> u32 {
     let text = String::from_utf8_lossy(&out.stdout);
     let pid = text.split("pid=").nth(1).and_then(|t| t.split(',').next()).and_then(|p| p.parse().ok());
     pid.unwrap_or_else(|| panic!("no pid in {text:?}"))
-}
-
-fn javac(dir: &Path) {
-    let src = common::data("lab/HttpServerDemo.java");
-    let ok = Command::new("javac").arg("-d").arg(dir).arg(src).status().unwrap();
-    assert!(ok.success(), "javac failed");
-}
-
-fn jdk(dir: &Path, port: u16, flag: bool) -> Proc {
-    let mut c = Command::new("java");
-    if flag {
-        c.arg("-Dsun.net.httpserver.nodelay=true");
-    }
-    let c = c
-        .arg("-cp")
-        .arg(dir)
-        .args(["HttpServerDemo", &port.to_string(), "300", "120"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut p = Proc(c);
-    wait_listening(port, &mut p);
-    p
 }
 
 #[test]

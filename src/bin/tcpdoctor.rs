@@ -89,7 +89,8 @@ written; 5 cannot capture (no CAP_NET_RAW, interface down, a socket call failed)
     #[command(after_help = "PID is a process id; :PORT means the process listening on that TCP port (for nginx, \
 its master: the workers that share the listening socket are inspected with it, and only sockets on PORT are \
 listed). Socket options are read on duplicates of the sockets (pidfd_getfd, Linux >= 5.6), which needs ptrace \
-permission over the process (same user or root); nothing about the process is changed.
+permission over the process (same user, root, or CAP_SYS_PTRACE); nothing about the process is changed. A \
+process that exits during the window is still reported, flagged as exited.
 
 Exit codes: 0 inspected; 2 bad command line; 3 no such process, or nothing listens on PORT; 5 cannot inspect \
 (no ptrace permission, kernel too old).")]
@@ -324,7 +325,10 @@ fn run_inspect(a: InspectArgs) -> ExitCode {
             Ok(None) => {
                 return fail(
                     exit::INPUT,
-                    format!("port {port}: nothing listens on it (checked /proc/net/tcp and tcp6)"),
+                    format!(
+                        "port {port}: nothing listens on it (checked /proc/net/tcp and tcp6); `ss -ltnp` lists \
+the listening ports and their processes"
+                    ),
                 );
             }
             Err(e) => return inspect_failed(e),

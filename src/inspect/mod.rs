@@ -79,7 +79,7 @@ impl fmt::Display for InspectError {
                 write!(f, "pid {pid}: no such process (it may have exited; `ps -p {pid}` shows whether it runs)")
             }
             InspectError::Permission { at, what, hint } => {
-                write!(f, "{at}: cannot {what}: needs ptrace permission ({hint})")
+                write!(f, "{at}: cannot {what}: needs ptrace permission; {hint}")
             }
             InspectError::Unsupported { at, what } => write!(f, "{at}: {what}"),
             InspectError::Io { at, what, err } => write!(f, "{at}: cannot {what}: {err}"),
@@ -92,8 +92,8 @@ impl std::error::Error for InspectError {}
 /// How to get ptrace permission over `pid` on this host.
 fn ptrace_hint(pid: Option<u32>) -> String {
     let mut h = match pid.and_then(|p| procfs::status_field(p, "Uid").ok().flatten()) {
-        Some(uid) => format!("run as its user (uid {uid}) or as root, or with CAP_SYS_PTRACE"),
-        None => "run as the process's user or as root, or with CAP_SYS_PTRACE".into(),
+        Some(uid) => format!("run tcpdoctor as its user (uid {uid}) or as root, or give it CAP_SYS_PTRACE"),
+        None => "run tcpdoctor as the process's user or as root, or give it CAP_SYS_PTRACE".into(),
     };
     if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
         let s = s.trim();
@@ -166,6 +166,8 @@ pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> 
         notes.push(format!("{at} is a thread of process {pid}; inspecting the process"));
     }
     let at = format!("pid {pid}");
+    // Read now: once the process has exited, /proc no longer says whose it was.
+    let uid = procfs::status_field(pid, "Uid").ok().flatten();
     let pidfd = sockopt::Pidfd::open(pid).map_err(|e| match e.raw_os_error() {
         Some(libc::ESRCH) => InspectError::NoProcess { pid },
         Some(libc::ENOSYS) => InspectError::Unsupported {
@@ -256,7 +258,10 @@ pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> 
     let summary = Summary::of(&sockets);
 
     let proc = software::Proc::read(pid);
-    let software = software::classify(&proc, opts.port);
+    // A server on one port has one set of settings that apply: nginx's
+    // server block for that port, not only its http-level defaults.
+    let only_port = (listen_ports.len() == 1).then(|| listen_ports.iter().copied().next()).flatten();
+    let software = software::classify(&proc, opts.port.or(only_port));
     let mut host = Host {
         tcp_autocorking: host::sysctl("tcp_autocorking"),
         tcp_pingpong_thresh: host::sysctl("tcp_pingpong_thresh"),
@@ -298,7 +303,7 @@ pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> 
             comm: proc.comm.clone(),
             cmdline: proc.cmdline.join(" "),
             exe: proc.exe.as_ref().map(|p| p.display().to_string()),
-            uid: procfs::status_field(pid, "Uid").ok().flatten(),
+            uid,
             workers,
             exited,
         },
@@ -406,8 +411,10 @@ fn held_now(s: &Socket) -> bool {
         && i.notsent.is_some_and(|n| n > 0 && n < i.mss.max(1))
 }
 
+/// The peer's address as routes know it: an IPv4 peer of a dual-stack socket
+/// (`[::ffff:10.0.0.1]:80`) takes the IPv4 route, not an IPv6 one.
 fn peer_ip(peer: &str) -> Option<std::net::IpAddr> {
-    peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
+    peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip().to_canonical())
 }
 
 /// What to change, from the software's own knob to the generic fix.
@@ -512,11 +519,48 @@ mod tests {
         };
         let t = e.to_string();
         assert!(
-            t.starts_with("pid 7: cannot list its descriptors: needs ptrace permission (run as") && !t.contains('\n'),
+            t.starts_with("pid 7: cannot list its descriptors: needs ptrace permission; run tcpdoctor as")
+                && t.contains("CAP_SYS_PTRACE")
+                && !t.contains('\n'),
             "{t}"
         );
         let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
         assert!(matches!(inspect(pid_max, &Options::default()), Err(InspectError::NoProcess { .. })));
+    }
+
+    #[test]
+    fn held_means_small_unsent_bytes_behind_unacknowledged_data_with_nagle_on() {
+        use crate::report::inspect::TcpInfo;
+        let sock = |nodelay, cork, unacked, notsent| Socket {
+            state: "established".into(),
+            nodelay,
+            cork,
+            info: Some(TcpInfo { mss: 1448, unacked, notsent, ..TcpInfo::default() }),
+            ..Socket::default()
+        };
+        assert!(held_now(&sock(Some(false), Some(false), 1, Some(600))));
+        // Unknown options (unreadable) still count: the kernel state says it.
+        assert!(held_now(&sock(None, None, 1, Some(600))));
+        // TCP_NODELAY or TCP_CORK: not Nagle's doing.
+        assert!(!held_now(&sock(Some(true), Some(false), 1, Some(600))));
+        assert!(!held_now(&sock(Some(false), Some(true), 1, Some(600))));
+        // Nothing in flight (e.g. a zero window), nothing waiting, or a full segment waiting.
+        assert!(!held_now(&sock(Some(false), Some(false), 0, Some(600))));
+        assert!(!held_now(&sock(Some(false), Some(false), 1, Some(0))));
+        assert!(!held_now(&sock(Some(false), Some(false), 1, Some(1448))));
+        assert!(!held_now(&sock(Some(false), Some(false), 1, None)));
+        let mut listen = sock(Some(false), Some(false), 1, Some(600));
+        listen.state = "listen".into();
+        assert!(!held_now(&listen));
+        assert!(!held_now(&Socket { info: None, ..sock(Some(false), Some(false), 1, Some(600)) }));
+    }
+
+    #[test]
+    fn ipv4_peers_of_dual_stack_sockets_take_the_ipv4_route() {
+        assert_eq!(peer_ip("[::ffff:127.0.0.1]:8080"), Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(peer_ip("[::1]:8080"), Some("::1".parse().unwrap()));
+        assert_eq!(peer_ip("10.0.0.1:80"), Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(peer_ip("*:*"), None);
     }
 
     #[test]

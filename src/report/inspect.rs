@@ -238,7 +238,11 @@ pub struct Route {
     pub rto_min_ms: Option<f64>,
 }
 
-/// The whole report as text.
+/// Most connections listed in the text (listening sockets are always listed); `--json` has all.
+const TEXT_ROWS: usize = 24;
+
+/// The whole report as text: the process, the summary sentence, then the
+/// details (software, sockets, host), then what to change.
 pub fn render(r: &InspectReport) -> String {
     let mut o = String::new();
     let p = &r.process;
@@ -252,11 +256,14 @@ pub fn render(r: &InspectReport) -> String {
         let _ = writeln!(o, "  workers sharing its listening sockets: {}", w.join(" "));
     }
     if p.exited {
-        o.push_str("  exited during the inspection\n");
+        o.push_str("  exited during the inspection: its sockets are shown as they were before\n");
+    }
+    let _ = writeln!(o, "SUMMARY {}", r.summary.text);
+    if let Some(port) = r.port {
+        let _ = writeln!(o, "  sockets on local port {port} only");
     }
     render_software(&mut o, &r.software);
     render_sockets(&mut o, r);
-    let _ = writeln!(o, "\nSUMMARY {}", r.summary.text);
     render_host(&mut o, &r.host);
     if !r.advice.is_empty() {
         o.push_str("\nADVICE\n");
@@ -274,17 +281,18 @@ pub fn render(r: &InspectReport) -> String {
 }
 
 fn render_software(o: &mut String, s: &Software) {
-    let _ = write!(o, "\nSOFTWARE {} ({})", s.name, s.kind);
-    match (s.nodelay_setting, &s.setting_source) {
-        (Some(v), Some(src)) => {
-            let _ = write!(o, ": TCP_NODELAY {} ({src})", on_off(v));
-        }
-        (Some(v), None) => {
-            let _ = write!(o, ": TCP_NODELAY {}", on_off(v));
-        }
-        _ => {}
+    let _ = write!(o, "\nSOFTWARE {}", s.name);
+    if s.kind == "other" {
+        o.push_str(" (no server software tcpdoctor knows)");
     }
     o.push('\n');
+    if let Some(v) = s.nodelay_setting {
+        let _ = write!(o, "  its own setting: TCP_NODELAY {}", on_off(v));
+        if let Some(src) = &s.setting_source {
+            let _ = write!(o, "; source: {src}");
+        }
+        o.push('\n');
+    }
     if !s.settings.is_empty() {
         let v: Vec<String> = s
             .settings
@@ -322,8 +330,10 @@ fn render_sockets(o: &mut String, r: &InspectReport) {
         return;
     }
     let multi = !r.process.workers.is_empty();
-    let rows: Vec<Vec<String>> = r
-        .sockets
+    // Listening sockets first (the list is sorted so), then the first connections.
+    let listening = r.sockets.iter().take_while(|s| s.state == "listen").count();
+    let shown = r.sockets.len().min(listening + TEXT_ROWS);
+    let rows: Vec<Vec<String>> = r.sockets[..shown]
         .iter()
         .map(|s| {
             let mut row = Vec::new();
@@ -390,6 +400,16 @@ fn render_sockets(o: &mut String, r: &InspectReport) {
     for row in &rows {
         line(o, row);
     }
+    let rest = &r.sockets[shown..];
+    if !rest.is_empty() {
+        let held = rest.iter().filter(|s| s.held_now).count();
+        let nagle = rest.iter().filter(|s| s.state == "established" && s.nodelay == Some(false)).count();
+        let _ = writeln!(
+            o,
+            "  … {} more not shown ({nagle} with Nagle on, {held} holding a segment); --json lists every socket",
+            rest.len()
+        );
+    }
 }
 
 fn render_host(o: &mut String, h: &Host) {
@@ -408,7 +428,9 @@ fn render_host(o: &mut String, h: &Host) {
     );
     for r in &h.routes {
         let q = r.quickack.map_or("-".to_string(), |q| q.to_string());
-        let m = r.rto_min_ms.map_or("-".to_string(), |m| format!("{m}ms"));
+        let m = r.rto_min_ms.map_or("-".to_string(), |m| {
+            if m >= 1000.0 && m % 1000.0 == 0.0 { format!("{}s", m / 1000.0) } else { format!("{m}ms") }
+        });
         let _ = writeln!(o, "  route to {}: quickack {q}, rto_min {m} ({})", r.peer, r.route);
     }
 }
@@ -419,6 +441,51 @@ mod tests {
 
     fn sock(state: &str, nodelay: Option<bool>) -> Socket {
         Socket { state: state.into(), nodelay, ..Socket::default() }
+    }
+
+    fn report(sockets: Vec<Socket>) -> InspectReport {
+        InspectReport {
+            schema: 1,
+            version: "0",
+            process: Process { pid: 42, comm: "srv".into(), uid: Some(0), ..Process::default() },
+            port: None,
+            software: Software { kind: "other", name: "srv".into(), ..Software::default() },
+            summary: Summary::of(&sockets),
+            sockets,
+            host: Host::default(),
+            advice: vec!["set TCP_NODELAY".into()],
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn text_leads_with_the_summary_and_lists_a_bounded_number_of_connections() {
+        let mut socks = vec![sock("listen", Some(false))];
+        for i in 0..30 {
+            let mut s = sock("established", Some(false));
+            s.fd = 10 + i;
+            s.held_now = i >= 28;
+            socks.push(s);
+        }
+        let t = render(&report(socks));
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "PROCESS 42 srv (uid 0)");
+        assert_eq!(
+            lines[1],
+            "SUMMARY 30 of 30 established connections have Nagle on (TCP_NODELAY off); 2 holding a segment right now"
+        );
+        assert!(t.contains("SOFTWARE srv (no server software tcpdoctor knows)"), "{t}");
+        // The listener and 24 connections, then a count of the rest.
+        assert_eq!(t.lines().filter(|l| l.contains(" listen ")).count(), 1, "{t}");
+        assert_eq!(t.lines().filter(|l| l.starts_with("  ") && l.contains(" established ")).count(), TEXT_ROWS, "{t}");
+        assert!(
+            t.contains("… 6 more not shown (6 with Nagle on, 2 holding a segment); --json lists every socket"),
+            "{t}"
+        );
+        assert!(t.contains("\nADVICE\n  - set TCP_NODELAY\n"), "{t}");
+        let few = render(&report(vec![sock("listen", Some(false)), sock("established", Some(true))]));
+        assert!(!few.contains("more not shown"), "{few}");
+        assert!(few.lines().nth(1).unwrap().starts_with("SUMMARY 0 of 1 established connection has Nagle on"));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
+use std::io::BufRead;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -240,6 +242,94 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The `tcpdoctor` binary under test.
+pub fn tcpdoctor() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tcpdoctor"))
+}
+
+/// A port free on 127.0.0.1 a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits (at most 30 s) until something accepts on 127.0.0.1:`port`; fails if `p` exits first.
+pub fn wait_listening(port: u16, p: &mut Proc) {
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(p.0.try_wait().unwrap().is_none(), "server exited before listening on {port}");
+        assert!(t.elapsed() < Duration::from_secs(30), "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A fresh directory under the system temp dir, named for this test binary and `name`.
+pub fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tcpdoctor-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles the lab's JDK HttpServer (tests/data/lab/HttpServerDemo.java) into `dir`.
+pub fn javac(dir: &Path) {
+    let src = data("lab/HttpServerDemo.java");
+    let ok = Command::new("javac").arg("-d").arg(dir).arg(src).status().unwrap();
+    assert!(ok.success(), "javac failed");
+}
+
+/// The JDK HttpServer compiled in `dir`, on 127.0.0.1:`port` for at most 120 s,
+/// with `-Dsun.net.httpserver.nodelay=true` when `flag`; listening when this returns.
+pub fn jdk(dir: &Path, port: u16, flag: bool) -> Proc {
+    let mut c = Command::new("java");
+    if flag {
+        c.arg("-Dsun.net.httpserver.nodelay=true");
+    }
+    let c = c
+        .arg("-cp")
+        .arg(dir)
+        .args(["HttpServerDemo", &port.to_string(), "300", "120"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut p = Proc(c);
+    wait_listening(port, &mut p);
+    p
+}
+
+/// `tcpdoctor lab --json -d 300s ARGS…`: the process and the servers it printed, by name → URL.
+pub fn lab(args: &[&str]) -> (Proc, Vec<(String, String)>) {
+    let mut c = tcpdoctor().args(["lab", "--json", "-d", "300s"]).args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let out = c.stdout.take().unwrap();
+    let p = Proc(c);
+    let mut text = String::new();
+    for line in std::io::BufReader::new(out).lines() {
+        let line = line.unwrap();
+        let end = line == "]";
+        text.push_str(&line);
+        if end {
+            break;
+        }
+    }
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let servers = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap().to_string(), s["url"].as_str().unwrap().to_string()))
+        .collect();
+    (p, servers)
+}
+
+/// The URL of lab server `name`.
+pub fn url_of<'a>(servers: &'a [(String, String)], name: &str) -> &'a str {
+    &servers.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name} in {servers:?}")).1
+}
+
+/// The port of `http://HOST:PORT/`.
+pub fn port_of(url: &str) -> u16 {
+    url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap()
 }
 
 unsafe extern "C" {
