@@ -111,7 +111,10 @@ fn fixed_rate_sends_that_many_requests() {
     let n = f(&r, "requests");
     // Never more than the rate; fewer only when a loaded machine slows the Python server.
     assert!((300.0..=404.0).contains(&n), "{n} requests at 200/s for 2 s");
-    assert!(f(&r, "latency.p50") < 5.0, "{r:#}");
+    // Each connection sends every 20 ms; a server that keeps up answers well within that, so
+    // latency (counted from when each request was due) stays below it. A loaded machine slows
+    // the Python server to a few ms, never to 20.
+    assert!(f(&r, "latency.p50") < 20.0, "{r:#}");
 }
 
 #[test]
