@@ -6,8 +6,7 @@
 
 mod common;
 
-use common::{Proc, require, require_root, run_bounded};
-use std::io::{BufRead, BufReader};
+use common::{Proc, free_port, lab, port_of, require, require_root, run_bounded, url_of};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -181,38 +180,6 @@ fn analyze_report_without_a_stall_says_so() {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// `tcpdoctor lab` with its servers' URLs by name.
-fn lab() -> (Proc, Vec<(String, String)>) {
-    let mut c = bin().args(["lab", "--json", "-d", "120s"]).stdout(Stdio::piped()).spawn().unwrap();
-    let out = c.stdout.take().unwrap();
-    let p = Proc(c);
-    let mut text = String::new();
-    for line in BufReader::new(out).lines() {
-        let line = line.unwrap();
-        let end = line == "]";
-        text.push_str(&line);
-        if end {
-            break;
-        }
-    }
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let servers = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (s["name"].as_str().unwrap().to_string(), s["url"].as_str().unwrap().to_string()))
-        .collect();
-    (p, servers)
-}
-
-fn url<'a>(servers: &'a [(String, String)], name: &str) -> &'a str {
-    &servers.iter().find(|(n, _)| n == name).unwrap().1
-}
-
 /// 100 keep-alive connections to the Nagle lab server, captured: 100 connections that
 /// all stall. The report stays small, lists the worst 20 exchanges in a picker and
 /// every connection in the table; `#x=N` opens exchange N.
@@ -221,9 +188,9 @@ fn a_hundred_stalling_connections_make_a_small_report_with_a_picker() {
     if !require_root() {
         return;
     }
-    let (_lab, servers) = lab();
-    let nagle = url(&servers, "nagle").to_string();
-    let port = nagle.trim_end_matches('/').rsplit(':').next().unwrap().to_string();
+    let (_lab, servers) = lab(&[]);
+    let nagle = url_of(&servers, "nagle").to_string();
+    let port = port_of(&nagle).to_string();
     let pcap = tmp("hundred.pcap");
     let cap = bin()
         .args(["capture", "-i", "lo", "-w"])
@@ -268,8 +235,8 @@ fn a_hundred_stalling_connections_make_a_small_report_with_a_picker() {
 
 #[test]
 fn bench_and_diagnose_reports_from_a_live_run() {
-    let (_lab, servers) = lab();
-    let nagle = url(&servers, "nagle").to_string();
+    let (_lab, servers) = lab(&[]);
+    let nagle = url_of(&servers, "nagle").to_string();
     let bench_html = tmp("bench.html");
     let (out, _) = run_bounded(
         {
@@ -312,7 +279,7 @@ fn bench_and_diagnose_reports_from_a_live_run() {
     let (out, _) = run_bounded(
         {
             let mut c = bin();
-            c.args(["diagnose", &nagle, "--verify", url(&servers, "nodelay"), "--no-capture", "--html"])
+            c.args(["diagnose", &nagle, "--verify", url_of(&servers, "nodelay"), "--no-capture", "--html"])
                 .arg(&verify_html);
             c
         },
