@@ -186,7 +186,11 @@ pub fn start_inspect(port: u16) -> Inspecting {
         match inspect::find_listener(port)? {
             None => Ok(None),
             Some(pid) => {
-                let o = inspect::Options { window: Duration::from_millis(500), port: Some(port) };
+                let o = inspect::Options {
+                    window: Duration::from_millis(500),
+                    port: Some(port),
+                    ..inspect::Options::default()
+                };
                 inspect::inspect(pid, &o).map(Some)
             }
         }
