@@ -164,7 +164,8 @@ pub struct TraceOverhead {
     pub added_us_per_syscall: f64,
     /// Share of one CPU the stops cost the process (stops/s × cost).
     pub cpu_fraction: f64,
-    /// Added latency per response, ms (stops per response × cost).
+    /// Time added to the process per response, ms (stops per response × cost):
+    /// the added latency of a response served alone; queued ones wait longer.
     pub added_ms_per_response: Option<f64>,
     /// Signals passed on to the process during the trace.
     pub signals_passed: u64,

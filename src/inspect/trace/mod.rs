@@ -910,7 +910,11 @@ syscall took ≈ {:.0} µs longer and the process lost ≈ {:.1} % of a CPU",
         cpu_fraction * 100.0
     );
     if let Some(a) = added_ms {
-        text.push_str(&format!("; ≈ {a:.3} ms added per response"));
+        // The process's own time; requests queued behind a busy thread wait that much more each.
+        text.push_str(&format!(
+            "; ≈ {a:.3} ms of the process's time added per response (on a busy server, requests queued behind \
+it wait longer still)"
+        ));
     }
     TraceOverhead {
         stops: rec.stops,
