@@ -166,6 +166,7 @@ struct Tracer {
     fds: FdMap,
     rec: Recording,
     other_arch: u64,
+    info_failed: bool,
 }
 
 impl Tracer {
@@ -193,6 +194,7 @@ impl Tracer {
                 notes: Vec::new(),
             },
             other_arch: 0,
+            info_failed: false,
         }
     }
 
@@ -373,7 +375,19 @@ impl Tracer {
     }
 
     fn on_syscall(&mut self, tid: u32) {
-        let Ok(info) = ptrace::syscall_info(tid) else { return };
+        let info = match ptrace::syscall_info(tid) {
+            Ok(i) => i,
+            Err(e) => {
+                // ESRCH: killed meanwhile. Anything else means nothing can be decoded: say so once.
+                if e.raw_os_error() != Some(libc::ESRCH) && !self.info_failed {
+                    self.info_failed = true;
+                    self.rec.notes.push(format!(
+                        "PTRACE_GET_SYSCALL_INFO failed ({e}; it needs Linux 5.3): syscalls were not decoded"
+                    ));
+                }
+                return;
+            }
+        };
         let now = self.ns();
         let Some(th) = self.threads.get_mut(&tid) else { return };
         match info.op {
