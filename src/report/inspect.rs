@@ -136,6 +136,8 @@ pub struct TraceLine {
     pub tid: u32,
     /// Syscall name.
     pub call: &'static str,
+    /// `write`, `read` or `wait`.
+    pub kind: &'static str,
     /// Descriptor (absent for waits).
     pub fd: Option<i32>,
     /// Return value: bytes, ready descriptors, or -errno.

@@ -871,7 +871,20 @@ fn example(ev: &[Event], socks: &[Sock], ex: &detect::Example) -> TraceExample {
             if took_ms >= 1.0 {
                 text.push_str(&format!(" (waited {took_ms:.1} ms)"));
             }
-            TraceLine { t_ms, took_ms, tid: e.tid, call: e.call.name(), fd: e.sock.map(|_| e.fd), ret: e.ret, text }
+            TraceLine {
+                t_ms,
+                took_ms,
+                tid: e.tid,
+                call: e.call.name(),
+                kind: match e.dir {
+                    Dir::Write => "write",
+                    Dir::Read => "read",
+                    Dir::Wait => "wait",
+                },
+                fd: e.sock.map(|_| e.fd),
+                ret: e.ret,
+                text,
+            }
         })
         .collect();
     TraceExample {
