@@ -194,6 +194,38 @@ fn split_writes_with_nagle_are_write_write_read() {
 }
 
 #[test]
+fn threads_and_connections_started_during_the_trace_are_followed() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    // No connection yet: the server starts a thread per connection once the trace runs.
+    let (srv, port) = wwr_server("wwr", false, 30.0);
+    let pid = srv.0.id();
+    let mut ins = Command::new(BIN);
+    ins.args(["inspect", &format!(":{port}"), "--trace", "2.5s", "--json"]);
+    let tracer = std::thread::spawn(move || parse(run_bounded(ins, Duration::from_secs(30)).0));
+    let t = Instant::now();
+    while status_field(pid, &pid.to_string(), "TracerPid:") == "0" {
+        assert!(t.elapsed() < Duration::from_secs(10), "not traced");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Bounded well inside the trace: the connections close and their threads exit while traced.
+    let b = Bench::start(port, 1.2);
+    let br = b.finish();
+    let (code, v, err) = tracer.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    let t = &v["trace"];
+    assert!(n(&t["new_threads"]) >= 4, "{t:#}");
+    assert_eq!(t["found"], true, "{t:#}");
+    // Each connection's first response is left out (its peer ACKs at once then).
+    assert!(n(&t["first_responses"]) >= 4, "{t:#}");
+    assert!(t["notes"].to_string().contains("first on a new connection"), "{:#}", t["notes"]);
+    assert_eq!(errors(&br), 0, "{br:#}");
+    assert_untraced(pid, false);
+}
+
+#[test]
 fn single_writes_are_not_write_write_read_and_no_trace_without_the_flag() {
     if !common::require_root() || !common::require("python3") {
         return;
