@@ -39,14 +39,23 @@ const DETACH_LIMIT: Duration = Duration::from_secs(2);
 /// A socket `inspect` already read, so the tracer need not look it up again.
 #[derive(Clone, Debug)]
 pub(crate) struct Known {
+    /// Process holding it.
     pub pid: u32,
+    /// Its descriptor there.
     pub fd: i32,
+    /// Socket inode.
     pub inode: u64,
+    /// `listening`, `accepted` or `outgoing`, as `inspect` names it.
     pub role: &'static str,
+    /// Local `ip:port`.
     pub local: String,
+    /// Peer `ip:port`.
     pub peer: String,
+    /// TCP_NODELAY when read.
     pub nodelay: Option<bool>,
+    /// TCP_CORK when read.
     pub cork: Option<bool>,
+    /// Send MSS from tcp_info.
     pub mss: Option<u32>,
 }
 
@@ -68,13 +77,13 @@ pub(crate) struct Request {
 /// Why the trace could not start.
 #[derive(Debug)]
 pub(crate) enum TraceError {
-    /// PTRACE_SEIZE refused.
+    /// PTRACE_SEIZE of `pid` refused: no permission.
     Permission { pid: u32 },
-    /// Another tracer (a debugger, strace) holds the process.
+    /// Another tracer (`by`: a debugger, strace) holds `pid`.
     Traced { pid: u32, by: u32 },
-    /// The process is gone.
+    /// `pid` is gone.
     Gone { pid: u32 },
-    /// Something else (a thread, tcpdoctor's own process).
+    /// Something else went wrong (`what`), e.g. `pid` is tcpdoctor's own process.
     Other { pid: u32, what: String },
 }
 
