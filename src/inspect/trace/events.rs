@@ -367,6 +367,8 @@ pub(crate) struct Event {
 mod tests {
     use super::*;
 
+    // libc's numbers are the running target's: each table is checked on its own architecture.
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn x86_64_numbers_match_libc() {
         let want: &[(libc::c_long, Sys)] = &[
@@ -407,6 +409,31 @@ mod tests {
         assert_eq!(classify(ARCH_X86_64, libc::SYS_futex as u64), None);
         // A 32-bit process (AUDIT_ARCH_I386) is not decoded.
         assert_eq!(classify(0x4000_0003, 4), None);
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn aarch64_numbers_match_libc() {
+        let want: &[(libc::c_long, Sys)] = &[
+            (libc::SYS_read, Sys::Io(Call::Read)),
+            (libc::SYS_write, Sys::Io(Call::Write)),
+            (libc::SYS_writev, Sys::Io(Call::Writev)),
+            (libc::SYS_sendto, Sys::Io(Call::Sendto)),
+            (libc::SYS_sendmsg, Sys::Io(Call::Sendmsg)),
+            (libc::SYS_sendfile, Sys::Io(Call::Sendfile)),
+            (libc::SYS_splice, Sys::Io(Call::Splice)),
+            (libc::SYS_recvfrom, Sys::Io(Call::Recvfrom)),
+            (libc::SYS_epoll_pwait, Sys::Io(Call::EpollPwait)),
+            (libc::SYS_ppoll, Sys::Io(Call::Ppoll)),
+            (libc::SYS_pselect6, Sys::Io(Call::Pselect6)),
+            (libc::SYS_close, Sys::Close),
+            (libc::SYS_dup3, Sys::DupTo),
+            (libc::SYS_accept4, Sys::Accept),
+            (libc::SYS_setsockopt, Sys::SetSockOpt),
+        ];
+        for &(nr, sys) in want {
+            assert_eq!(classify(ARCH_AARCH64, nr as u64), Some(sys), "syscall {nr}");
+        }
     }
 
     #[test]
