@@ -95,8 +95,8 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
 import json, sys
 o = json.load(open(sys.argv[1]))["trace"]["overhead"]
 print("%.0f %.1f %.1f %.0f %.3f" % (o["stops_per_s"], o["calibrated_us_per_stop"] or 0, o["us_per_stop"],
-      o["cpu_fraction"] * 100, o["added_ms_per_response"] or 0))' "$WORK/trace.json")
-        printf '%-4s %-8s %10s %9s %7s   inspect says: stops/s, calibrated µs/stop, µs/stop, %% CPU, ms/response = %s\n' \
+      o["held_share"] * 100, o["added_ms_per_response"] or 0))' "$WORK/trace.json")
+        printf '%-4s %-8s %10s %9s %7s   inspect says: stops/s, calibrated µs/stop, µs/stop, %% held, ms/response = %s\n' \
             "$r" trace "$rps" "$p50" "$err" "$est"
         echo "trace $rps $p50 $err $est" >>"$WORK/$name.rows"
 

@@ -1,5 +1,6 @@
 //! `inspect`'s JSON schema and its text.
 
+use super::diagnose::ms;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -164,8 +165,10 @@ pub struct TraceOverhead {
     pub us_per_stop: f64,
     /// Added to each traced syscall (two stops), µs.
     pub added_us_per_syscall: f64,
-    /// Share of one CPU the stops cost the process (stops/s × cost).
-    pub cpu_fraction: f64,
+    /// Thread time held in stops per second of trace, summed over threads
+    /// (stops/s × cost; above 1 with several busy threads): a single-threaded
+    /// server loses this share of its capacity.
+    pub held_share: f64,
     /// Time added to the process per response, ms (stops per response × cost):
     /// the added latency of a response served alone; queued ones wait longer.
     pub added_ms_per_response: Option<f64>,
@@ -585,15 +588,21 @@ pub fn render_trace(o: &mut String, t: &Trace) {
             "corked" => "corked",
             _ => "options unknown",
         };
+        // The shape is write-write-read only where Nagle can hold the second piece.
+        let small = match k.nagle {
+            "nagle" => format!("{} write-write-read", k.write_write_read),
+            "nodelay" => format!("{} in small pieces, sent at once", k.write_write_read),
+            "corked" => format!("{} in small pieces, sent together", k.write_write_read),
+            _ => format!("{} in small pieces", k.write_write_read),
+        };
         let _ = writeln!(
             o,
-            "  {:<24} {:>6} response{}: {} in one piece, {} in pieces ({} write-write-read) on {} socket{}",
+            "  {:<24} {:>6} response{}: {} in one piece, {} in pieces ({small}) on {} socket{}",
             format!("{}, {nagle}:", k.role),
             k.responses,
             if k.responses == 1 { " " } else { "s" },
             k.single,
             k.in_pieces,
-            k.write_write_read,
             k.sockets,
             plural(k.sockets)
         );
@@ -602,10 +611,10 @@ pub fn render_trace(o: &mut String, t: &Trace) {
         let _ = write!(o, "  {:.0} % of responses on Nagle sockets were written in pieces", f * 100.0);
         match (t.gap_wwr_ms, t.gap_other_ms) {
             (Some(w), Some(x)) => {
-                let _ = write!(o, "; last piece → next request: median {w:.1} ms (other responses {x:.1} ms)");
+                let _ = write!(o, "; last piece → next request: median {} (other responses {})", ms(w), ms(x));
             }
             (Some(w), None) => {
-                let _ = write!(o, "; last piece → next request: median {w:.1} ms");
+                let _ = write!(o, "; last piece → next request: median {}", ms(w));
             }
             _ => {}
         }
@@ -632,7 +641,7 @@ pub fn render_trace(o: &mut String, t: &Trace) {
             let _ = writeln!(o, "    {}", l.text);
         }
         if let Some(g) = ex.gap_ms {
-            let _ = writeln!(o, "    last write → next request's data: {g:.1} ms");
+            let _ = writeln!(o, "    last write → next request's data: {}", ms(g));
         }
     }
     let _ = writeln!(o, "  cost: {}", t.overhead.text);

@@ -264,8 +264,8 @@ fn measure(pid: u32, go: i32, res: i32, n: u32) -> (Option<Calibration>, bool) {
     (Some(Calibration { per_stop_us, handling_us }), true)
 }
 
-/// Calls per calibration round.
-pub(crate) const CAL_CALLS: u32 = 2000;
+/// Calls per calibration round (~1000 × 2 stops: some 10–50 ms).
+pub(crate) const CAL_CALLS: u32 = 1000;
 
 fn round(go: i32, res: i32) -> Option<u64> {
     write_all(go, &[1])?;
