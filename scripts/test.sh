@@ -14,6 +14,7 @@ have ip || [ -x /usr/sbin/ip ] || need+=(iproute2)
 have javac || need+=(default-jdk-headless)
 have ab || need+=(apache2-utils)
 have python3 || need+=(python3)
+have strace || need+=(strace)
 have go || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 have chromium || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then

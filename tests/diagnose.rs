@@ -68,6 +68,9 @@ fn assert_nagle_as(code: i32, v: &Value, port: u16, captured: bool) {
         // And the server's own sockets: Nagle on.
         assert!(v["server"]["nagle_on"].as_u64().unwrap() >= 1, "{:#}", v["server"]);
         assert!(v["verdict"]["evidence"].to_string().contains("step 5"));
+        // And its own calls, traced beside the load: write-write-read.
+        assert_eq!(v["server"]["trace"]["found"], true, "{:#}", v["server"]["trace"]);
+        assert!(v["verdict"]["evidence"].to_string().contains("write-write-read"), "{:#}", v["verdict"]);
     }
 }
 
@@ -90,6 +93,9 @@ fn assert_healthy(code: i32, v: &Value) {
         assert!(nagle_in_capture(v).is_none(), "{:#}", v["capture"]);
         assert_eq!(v["server"]["nagle_on"], 0, "{:#}", v["server"]);
         assert!(v["server"]["established"].as_u64().unwrap() >= 1, "{:#}", v["server"]);
+        // Traced: responses seen, none with the stall's shape.
+        let t = &v["server"]["trace"];
+        assert!(t["found"] == false && t["responses"].as_u64().unwrap() > 0, "{t:#}");
     }
 }
 

@@ -92,13 +92,23 @@ listed). Socket options are read on duplicates of the sockets (pidfd_getfd, Linu
 permission over the process (same user, root, or CAP_SYS_PTRACE); nothing about the process is changed. A \
 process that exits during the window is still reported, flagged as exited.
 
-Exit codes: 0 inspected; 2 bad command line; 3 no such process, or nothing listens on PORT; 5 cannot inspect \
-(no ptrace permission, kernel too old).")]
+--trace D records the process's reads, writes and waits on TCP sockets for D (at most 60 s) with ptrace, like \
+`strace -f` (PTRACE_SEIZE on every thread of the process and its workers, Linux >= 5.3; no eBPF), then detaches \
+and leaves it as it was. It finds write-write-read: responses written in two or more small pieces with Nagle on, \
+then a wait for the next request (the Nagle + delayed-ACK stall's shape). Tracing stops the process at every \
+syscall: each one takes some microseconds longer meanwhile; the report measures and prints that cost. It needs \
+ptrace permission (root or CAP_SYS_PTRACE, or the same user where kernel.yama.ptrace_scope allows it) and fails if \
+another tracer (a debugger, strace) holds the process. Ctrl-C ends the trace early and reports what was recorded.
+
+Exit codes: 0 inspected (also when the process exited during --trace: the report says so); 2 bad command line; \
+3 no such process, or nothing listens on PORT; 5 cannot inspect or trace (no ptrace permission, already traced, \
+kernel too old).")]
     Inspect(InspectArgs),
     /// The whole method against a URL: RTT, alone vs under load, quick-ACK A/B, capture, server process, verdict.
     #[command(after_help = "Step 4 (capture) needs CAP_NET_RAW and step 5 (server process) needs the server on this \
 host and ptrace permission over it; without them the verdict comes from steps 1-3 and NOT CHECKED says what is \
-missing.
+missing. Step 5 also traces the server's reads and writes with ptrace for 0.5 s of the load (as `inspect --trace`), \
+which slows the requests it serves meanwhile.
 
 Exit codes: 0 no latency problem found (with --verify/--before: the fix worked); 1 a cause was found (with \
 --verify/--before: not fixed); 2 bad command line; 3 bad URL or unknown host; 5 the server did not answer HTTP.")]
@@ -285,9 +295,24 @@ struct InspectArgs {
     /// How long to watch the host's delayed-ACK counters: seconds (`0.5`) or with a unit (`500ms`, `2s`).
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     window: Duration,
+    /// Also record reads and writes on TCP sockets with ptrace for this long (at most 60s), e.g. 5s.
+    #[arg(long, value_parser = parse_trace, value_name = "DURATION")]
+    trace: Option<Duration>,
     /// Print the results as JSON (schema in the README).
     #[arg(long)]
     json: bool,
+}
+
+/// `--trace`: more than 0, at most [`inspect::MAX_TRACE`].
+fn parse_trace(s: &str) -> Result<Duration, String> {
+    let d = parse_positive_duration(s)?;
+    if d > inspect::MAX_TRACE {
+        return Err(format!(
+            "`{s}`: at most {} s: every syscall of the traced process is slowed meanwhile (trace a few short windows instead)",
+            inspect::MAX_TRACE.as_secs()
+        ));
+    }
+    Ok(d)
 }
 
 #[derive(Clone, Copy)]
@@ -334,7 +359,12 @@ the listening ports and their processes"
             Err(e) => return inspect_failed(e),
         },
     };
-    match inspect::inspect(pid, &inspect::Options { window: a.window, port }) {
+    if a.trace.is_some() {
+        // Ctrl-C (or SIGTERM) ends the trace early: detach, then report what was recorded.
+        tcpdoctor::interrupt::catch_all();
+    }
+    let o = inspect::Options { window: a.window, port, trace: a.trace, trace_optional: false };
+    match inspect::inspect(pid, &o) {
         Ok(r) if a.json => {
             print_json(&r);
             ExitCode::from(exit::OK)

@@ -158,6 +158,11 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
             let src = p.setting_source.as_deref().map(|s| format!(", from {s}")).unwrap_or_default();
             evidence.push(format!("step 5: {}'s own setting turns TCP_NODELAY off{src}", p.software_name));
         }
+        // The application's own calls: the stall's shape, seen from inside the server.
+        if let Some(t) = p.trace.as_ref().filter(|t| t.found) {
+            sources += 1;
+            evidence.push(format!("step 5: {}", super::local::trace_phrase(t)));
+        }
     }
     let server = cap.map_or(f.server.clone(), |n| n.nagle_side.endpoint.clone());
     let client = cap.map_or("the client".to_string(), |n| format!("the client {}", n.delayed_ack_side.host));
@@ -359,6 +364,9 @@ fn none(f: &Facts<'_>) -> Verdict {
             p.pid, p.nagle_on, p.established
         ));
     }
+    if let Some(t) = f.process.and_then(|p| p.trace.as_ref()) {
+        evidence.push(format!("step 5: {}", super::local::trace_phrase(t)));
+    }
     Verdict {
         cause: "none",
         summary: format!(
@@ -418,6 +426,91 @@ mod tests {
         assert!(v.nagle_side.unwrap().contains("127.0.0.1:80 (server)"));
         assert!(v.fix[0].contains("tcp_nodelay on;"));
         assert_eq!(v.evidence.len(), 2);
+    }
+
+    fn server(trace: Option<crate::report::inspect::Trace>) -> ServerStep {
+        ServerStep {
+            pid: 7,
+            name: "nginx".into(),
+            software: "nginx".into(),
+            software_name: "nginx 1.22.1".into(),
+            nodelay_setting: Some(false),
+            setting_source: Some("nginx -T".into()),
+            established: 8,
+            nagle_on: 8,
+            unreadable: 0,
+            trace,
+        }
+    }
+
+    #[test]
+    fn a_traced_write_write_read_is_evidence_and_raises_confidence() {
+        use crate::report::inspect::{Trace, TraceExample, TraceLine};
+        let (r, alone, load, qa) =
+            (rtt(0.02), step(0.15, 0.14, 0.0, false), step(43.9, 0.1, 43.7, false), step(0.2, 0.1, 0.0, true));
+        let line = |call: &'static str, kind: &'static str, fd: Option<i32>, ret: i64| TraceLine {
+            call,
+            kind,
+            fd,
+            ret,
+            ..TraceLine::default()
+        };
+        let found = Trace {
+            traced_ms: 500.0,
+            responses: 90,
+            nagle_responses: 90,
+            write_write_read: 88,
+            found: true,
+            gap_wwr_ms: Some(43.9),
+            example: Some(TraceExample {
+                lines: vec![
+                    line("writev", "write", Some(7), 238),
+                    line("sendfile", "write", Some(7), 587),
+                    line("epoll_wait", "wait", None, 1),
+                ],
+                ..TraceExample::default()
+            }),
+            ..Trace::default()
+        };
+        let facts = |p| Facts {
+            server: "127.0.0.1:80".into(),
+            rtt: Some(&r),
+            alone: Some(&alone),
+            load: Some(&load),
+            quickack: Some(&qa),
+            process: p,
+            ..Facts::default()
+        };
+        // Sockets unreadable (no Nagle count): the trace is what makes it three sources.
+        let with = ServerStep { nagle_on: 0, unreadable: 8, ..server(Some(found)) };
+        let v = conclude(&facts(Some(&with)));
+        assert_eq!((v.cause, v.confidence), ("nagle_delayed_ack", "high"));
+        let e =
+            v.evidence.iter().find(|e| e.contains("write-write-read")).unwrap_or_else(|| panic!("{:#?}", v.evidence));
+        assert!(e.starts_with("step 5: traced 0.5 s with ptrace: 88 of 90 responses"), "{e}");
+        assert!(e.contains("writev 238 B + sendfile 587 B, then epoll_wait"), "{e}");
+        // Without it: the A/B and the read gap only.
+        let without = ServerStep { nagle_on: 0, unreadable: 8, ..server(None) };
+        let v = conclude(&facts(Some(&without)));
+        assert_eq!(v.confidence, "medium");
+        assert!(v.evidence.iter().all(|e| !e.contains("write-write-read")));
+        // A trace that saw none is not Nagle evidence, and a healthy server's verdict says what it saw.
+        let none = server(Some(Trace { traced_ms: 500.0, responses: 90, ..Trace::default() }));
+        let (fast_alone, fast_load) = (step(0.15, 0.14, 0.0, false), step(0.3, 0.2, 0.0, false));
+        let f = Facts {
+            server: "s".into(),
+            alone: Some(&fast_alone),
+            load: Some(&fast_load),
+            process: Some(&none),
+            ..Facts::default()
+        };
+        let v = conclude(&f);
+        assert_eq!(v.cause, "none");
+        assert!(
+            v.evidence.iter().any(|e| e.contains("no write-write-read on Nagle sockets in 90 responses")),
+            "{:#?}",
+            v.evidence
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! ([`diag`]) and the delayed-ACK state from /proc/net/tcp ([`procfs`]); it
 //! names the server software and its own knob ([`software`], [`nginx`]), and
 //! watches the host's delayed-ACK counters for a window ([`host`]).
-//! Nothing about the process is changed.
+//! Nothing about the process is changed. With `--trace` it also records the
+//! process's reads and writes on TCP sockets with ptrace for that window and
+//! finds write-write-read ([`trace`]), slowing the process meanwhile.
 
 mod diag;
 mod host;
@@ -14,6 +16,9 @@ mod nginx;
 mod procfs;
 mod sockopt;
 mod software;
+mod trace;
+
+pub use trace::MAX_DURATION as MAX_TRACE;
 
 use crate::report::inspect::{Host, InspectReport, Process, Socket, Software, Summary};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -29,11 +34,17 @@ pub struct Options {
     pub window: Duration,
     /// Only sockets on this local port (and nginx's settings for the server on it).
     pub port: Option<u16>,
+    /// Trace the process's reads and writes with ptrace for this long (at most
+    /// [`MAX_TRACE`]); the window is then at least this long.
+    pub trace: Option<Duration>,
+    /// When tracing is refused (permission, another tracer), say so in the
+    /// report's notes instead of failing the inspection.
+    pub trace_optional: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { window: Duration::from_secs(1), port: None }
+        Options { window: Duration::from_secs(1), port: None, trace: None, trace_optional: false }
     }
 }
 
@@ -53,6 +64,15 @@ pub enum InspectError {
         what: String,
         /// How to get the permission.
         hint: String,
+    },
+    /// Another tracer (a debugger, strace) holds the process: ptrace allows one.
+    Traced {
+        /// `pid N`.
+        at: String,
+        /// The tracer's pid (TracerPid in /proc/PID/status).
+        by: u32,
+        /// The tracer's name.
+        comm: String,
     },
     /// This kernel lacks something `inspect` needs (pidfd_getfd: Linux ≥ 5.6).
     Unsupported {
@@ -81,6 +101,11 @@ impl fmt::Display for InspectError {
             InspectError::Permission { at, what, hint } => {
                 write!(f, "{at}: cannot {what}: needs ptrace permission; {hint}")
             }
+            InspectError::Traced { at, by, comm } => write!(
+                f,
+                "{at}: cannot attach with ptrace: already traced by pid {by} ({comm}); ptrace allows one tracer: \
+stop that one first, or inspect without --trace"
+            ),
             InspectError::Unsupported { at, what } => write!(f, "{at}: {what}"),
             InspectError::Io { at, what, err } => write!(f, "{at}: cannot {what}: {err}"),
         }
@@ -282,6 +307,20 @@ pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> 
         }
     }
 
+    let trace = match opts.trace {
+        Some(d) => {
+            let pids: Vec<u32> = std::iter::once(pid).chain(workers.iter().copied()).collect();
+            match trace_process(pids, &sockets, &listen_ports, d, opts.port) {
+                Ok(t) => Some(t),
+                Err(e) if opts.trace_optional => {
+                    notes.push(format!("not traced: {e}"));
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        None => None,
+    };
     if let Some(rest) = opts.window.checked_sub(start.elapsed()) {
         std::thread::sleep(rest);
     }
@@ -290,11 +329,11 @@ pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> 
         (Some(b), Some(a)) => host.counters = host::deltas(&b, &a),
         _ => notes.push("/proc/net/netstat unreadable: no TcpExt counters".into()),
     }
-    let exited = pidfd.exited();
+    let exited = pidfd.exited() || trace.as_ref().is_some_and(|t| t.exited);
     if exited {
         notes.push("the process exited during the inspection; its sockets are as they were before".into());
     }
-    let advice = advice(&software, &summary, &host);
+    let advice = advice(&software, &summary, &host, trace.as_ref());
     Ok(InspectReport {
         schema: crate::report::SCHEMA_VERSION,
         version: env!("CARGO_PKG_VERSION"),
@@ -314,6 +353,47 @@ pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> 
         host,
         advice,
         notes,
+        trace,
+    })
+}
+
+/// Traces `pids` (the process, then its workers) for `d`; Ctrl-C ends it early.
+fn trace_process(
+    pids: Vec<u32>,
+    sockets: &[Socket],
+    listen_ports: &HashSet<u16>,
+    d: Duration,
+    port: Option<u16>,
+) -> Result<crate::report::inspect::Trace, InspectError> {
+    let known = sockets
+        .iter()
+        .map(|s| trace::Known {
+            pid: s.pid,
+            fd: s.fd,
+            inode: s.inode,
+            role: s.role,
+            local: s.local.clone(),
+            peer: s.peer.clone(),
+            nodelay: s.nodelay,
+            cork: s.cork,
+            mss: s.info.as_ref().map(|i| i.mss).filter(|&m| m > 0),
+        })
+        .collect();
+    let main = pids[0];
+    let req = trace::Request { pids, known, listen_ports: listen_ports.clone(), duration: d.min(MAX_TRACE), port };
+    trace::run(req, crate::interrupt::flag()).map_err(|e| match e {
+        trace::TraceError::Permission { pid } => InspectError::Permission {
+            at: format!("pid {pid}"),
+            what: "attach with ptrace to trace it (PTRACE_SEIZE)".into(),
+            hint: ptrace_hint(Some(pid)),
+        },
+        trace::TraceError::Traced { pid, by } => {
+            InspectError::Traced { at: format!("pid {pid}"), by, comm: procfs::comm(by) }
+        }
+        trace::TraceError::Gone { pid } => InspectError::NoProcess { pid },
+        trace::TraceError::Other { pid, what } => {
+            InspectError::Unsupported { at: format!("pid {}", pid.max(main)), what }
+        }
     })
 }
 
@@ -417,11 +497,25 @@ fn peer_ip(peer: &str) -> Option<std::net::IpAddr> {
     peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip().to_canonical())
 }
 
-/// What to change, from the software's own knob to the generic fix.
-fn advice(sw: &Software, sum: &Summary, host: &Host) -> Vec<String> {
+/// What to change, from the software's own knob to the generic fix; a
+/// write-write-read seen by the trace comes first, as the stall's shape.
+fn advice(sw: &Software, sum: &Summary, host: &Host, trace: Option<&crate::report::inspect::Trace>) -> Vec<String> {
     let mut a = Vec::new();
-    if sum.nagle_on == 0 {
+    let found = trace.is_some_and(|t| t.found);
+    if sum.nagle_on == 0 && !found {
         return a;
+    }
+    if let Some(t) = trace.filter(|t| t.found) {
+        a.push(format!(
+            "the trace saw write-write-read: {} of {} responses on Nagle sockets went out in small pieces, then the \
+process waited for the next request{}. This is the shape of the Nagle + delayed-ACK stall: the last piece waits \
+for the ACK of the first, which the peer delays ~40 ms. The fix:",
+            t.write_write_read,
+            t.nagle_responses,
+            t.gap_wwr_ms
+                .map(|g| format!(" ({g:.1} ms median from the last piece to the next request)"))
+                .unwrap_or_default()
+        ));
     }
     let knob = match sw.kind {
         "nginx" if sw.nodelay_setting == Some(false) => {
@@ -445,6 +539,13 @@ first request show Nagle on"
 a second small write while the first is unacknowledged"
             .into(),
     );
+    if let Some(t) = trace.filter(|t| !t.found && t.nagle_responses > 0 && t.nagle_in_pieces_fraction == Some(0.0)) {
+        a.push(format!(
+            "(the trace saw all {} responses on Nagle sockets written in one piece: Nagle does not stall them as \
+they are written now)",
+            t.nagle_responses
+        ));
+    }
     if let Some(c) = host.counters.iter().find(|c| c.name == "DelayedACKs" && c.delta > 0) {
         a.push(format!(
             "this host's delayed-ACK timer fired {} times in the window: a peer here waits ~40 ms for ACKs; \
@@ -500,7 +601,7 @@ mod tests {
         s.set_nodelay(true).unwrap();
         c.write_all(b"x").unwrap();
         assert_eq!(find_listener(port).unwrap(), Some(std::process::id()));
-        let opts = Options { window: Duration::ZERO, port: Some(port) };
+        let opts = Options { window: Duration::ZERO, port: Some(port), ..Options::default() };
         let r = inspect(std::process::id(), &opts).unwrap();
         // The listener, the accepted socket (nodelay on) and the client socket (outgoing, to the same port: left out).
         let roles: Vec<(&str, Option<bool>)> = r.sockets.iter().map(|s| (s.role, s.nodelay)).collect();

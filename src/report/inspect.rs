@@ -1,5 +1,6 @@
 //! `inspect`'s JSON schema and its text.
 
+use super::diagnose::ms;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -26,6 +27,155 @@ pub struct InspectReport {
     pub advice: Vec<String>,
     /// Things worth knowing about this run (what could not be read, and why).
     pub notes: Vec<String>,
+    /// The write pattern recorded with `--trace` (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
+}
+
+/// What `inspect --trace` recorded with ptrace and what it shows.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Trace {
+    /// The window asked for, ms.
+    pub requested_ms: f64,
+    /// How long the process was traced, ms.
+    pub traced_ms: f64,
+    /// Stopped early by Ctrl-C (or SIGTERM).
+    pub interrupted: bool,
+    /// The process exited during the trace: the results cover the time before.
+    pub exited: bool,
+    /// Processes traced: the process and the workers sharing its listening sockets.
+    pub processes: Vec<u32>,
+    /// Threads traced, those started during the trace included.
+    pub threads: u32,
+    /// Threads started during the trace.
+    pub new_threads: u32,
+    /// TCP sockets with recorded calls.
+    pub sockets: u32,
+    /// Calls recorded: reads and writes on TCP sockets, and waits (epoll, poll, select).
+    pub calls: u64,
+    /// Responses seen whole: writes on a socket, then a read on it.
+    pub responses: u64,
+    /// Counts per kind of socket (its role and whether Nagle could hold its writes).
+    pub kinds: Vec<TraceKind>,
+    /// Responses on sockets with Nagle on (TCP_NODELAY off, not corked).
+    pub nagle_responses: u64,
+    /// Of those, the fraction written in two or more pieces.
+    pub nagle_in_pieces_fraction: Option<f64>,
+    /// Responses on Nagle sockets written in two or more pieces smaller than the
+    /// MSS and followed by a read: write-write-read, the stall's shape.
+    pub write_write_read: u64,
+    /// Write-write-read responses left out of that count because each was a new
+    /// connection's first (its peer ACKs at once then, in quick-ACK mode).
+    pub first_responses: u64,
+    /// Write-write-read was found on a Nagle socket.
+    pub found: bool,
+    /// Median time from a write-write-read response's last write to the next
+    /// request's data, ms (~40 when each response waits for a delayed ACK).
+    pub gap_wwr_ms: Option<f64>,
+    /// The same over the other responses, ms.
+    pub gap_other_ms: Option<f64>,
+    /// Sockets whose MSS tcp_info could not give (closed before the end): 1448 assumed.
+    pub mss_default_sockets: u32,
+    /// One response shown call by call.
+    pub example: Option<TraceExample>,
+    /// What the tracing cost the process.
+    pub overhead: TraceOverhead,
+    /// The finding in one sentence.
+    pub text: String,
+    /// What could not be traced, and why.
+    pub notes: Vec<String>,
+}
+
+/// Responses on one kind of socket.
+#[derive(Clone, Debug, Serialize, Default, PartialEq, Eq)]
+pub struct TraceKind {
+    /// `accepted` (server side), `outgoing` (client side), `listening` or `unknown`.
+    pub role: &'static str,
+    /// `nagle` (TCP_NODELAY off), `nodelay`, `corked` (TCP_CORK or MSG_MORE) or `unknown`, at the writes.
+    pub nagle: &'static str,
+    /// Sockets.
+    pub sockets: u32,
+    /// Responses.
+    pub responses: u64,
+    /// Written in one piece.
+    pub single: u64,
+    /// Written in two or more pieces.
+    pub in_pieces: u64,
+    /// In two or more pieces smaller than the MSS, then a read.
+    pub write_write_read: u64,
+}
+
+/// One response and what followed it, call by call.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct TraceExample {
+    /// Process holding the socket.
+    pub pid: u32,
+    /// Its descriptor.
+    pub fd: i32,
+    /// Local `ip:port`, when known.
+    pub local: Option<String>,
+    /// Peer `ip:port`, when known.
+    pub peer: Option<String>,
+    /// Nagle state at the writes (as in [`TraceKind::nagle`]).
+    pub nagle: &'static str,
+    /// Last write → the next request's data, ms.
+    pub gap_ms: Option<f64>,
+    /// The calls, from the first write.
+    pub lines: Vec<TraceLine>,
+    /// Calls left out of the middle.
+    pub elided: usize,
+}
+
+/// One call of an example.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct TraceLine {
+    /// Entry time, ms after the example's first write.
+    pub t_ms: f64,
+    /// Time in the call, ms.
+    pub took_ms: f64,
+    /// Thread.
+    pub tid: u32,
+    /// Syscall name.
+    pub call: &'static str,
+    /// `write`, `read` or `wait`.
+    pub kind: &'static str,
+    /// Descriptor (absent for waits).
+    pub fd: Option<i32>,
+    /// Return value: bytes, ready descriptors, or -errno.
+    pub ret: i64,
+    /// The line as printed, e.g. `+0.000 writev fd 7 212 B`.
+    pub text: String,
+}
+
+/// The slowdown tracing caused.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct TraceOverhead {
+    /// Syscall stops (two per traced syscall: entry and exit), and other stops.
+    pub stops: u64,
+    /// Stops per second: the traced process's syscall rate, doubled.
+    pub stops_per_s: f64,
+    /// Measured at start: what one stop costs a process (a child's getppid()
+    /// loop, traced vs untraced), µs.
+    pub calibrated_us_per_stop: Option<f64>,
+    /// The tracer's own time per stop in this trace (wait return → resume), µs.
+    pub tracer_us_per_stop: f64,
+    /// The longest such time, µs (a new socket looked up in /proc).
+    pub tracer_us_max: f64,
+    /// The estimate used: calibrated cost plus the tracer's extra work here, µs.
+    pub us_per_stop: f64,
+    /// Added to each traced syscall (two stops), µs.
+    pub added_us_per_syscall: f64,
+    /// Thread time held in stops per second of trace, summed over threads
+    /// (stops/s × cost; above 1 with several busy threads): a single-threaded
+    /// server loses this share of its capacity.
+    pub held_share: f64,
+    /// Time added to the process per response, ms (stops per response × cost):
+    /// the added latency of a response served alone; queued ones wait longer.
+    pub added_ms_per_response: Option<f64>,
+    /// Signals passed on to the process during the trace.
+    pub signals_passed: u64,
+    /// The estimate in words.
+    pub text: String,
 }
 
 /// The process and the workers inspected with it.
@@ -265,6 +415,9 @@ pub fn render(r: &InspectReport) -> String {
     render_software(&mut o, &r.software);
     render_sockets(&mut o, r);
     render_host(&mut o, &r.host);
+    if let Some(t) = &r.trace {
+        render_trace(&mut o, t);
+    }
     if !r.advice.is_empty() {
         o.push_str("\nADVICE\n");
         for a in &r.advice {
@@ -435,6 +588,90 @@ fn render_host(o: &mut String, h: &Host) {
     }
 }
 
+/// The `--trace` section: counts per kind, the fraction in pieces, one example, the cost.
+pub fn render_trace(o: &mut String, t: &Trace) {
+    let _ = writeln!(
+        o,
+        "\nWRITE PATTERN traced {:.1} s{}: {} thread{} of {} process{}, {} TCP socket{}, {} calls",
+        t.traced_ms / 1e3,
+        if t.interrupted { " (stopped by Ctrl-C)" } else { "" },
+        t.threads,
+        plural(t.threads),
+        t.processes.len(),
+        if t.processes.len() == 1 { "" } else { "es" },
+        t.sockets,
+        plural(t.sockets),
+        t.calls
+    );
+    for k in &t.kinds {
+        let nagle = match k.nagle {
+            "nagle" => "Nagle on",
+            "nodelay" => "TCP_NODELAY",
+            "corked" => "corked",
+            _ => "options unknown",
+        };
+        // The shape is write-write-read only where Nagle can hold the second piece.
+        let small = match k.nagle {
+            "nagle" => format!("{} write-write-read", k.write_write_read),
+            "nodelay" => format!("{} in small pieces, sent at once", k.write_write_read),
+            "corked" => format!("{} in small pieces, sent together", k.write_write_read),
+            _ => format!("{} in small pieces", k.write_write_read),
+        };
+        let _ = writeln!(
+            o,
+            "  {:<24} {:>6} response{}: {} in one piece, {} in pieces ({small}) on {} socket{}",
+            format!("{}, {nagle}:", k.role),
+            k.responses,
+            if k.responses == 1 { " " } else { "s" },
+            k.single,
+            k.in_pieces,
+            k.sockets,
+            plural(k.sockets)
+        );
+    }
+    if let Some(f) = t.nagle_in_pieces_fraction {
+        let _ = write!(o, "  {:.0} % of responses on Nagle sockets were written in pieces", f * 100.0);
+        match (t.gap_wwr_ms, t.gap_other_ms) {
+            (Some(w), Some(x)) => {
+                let _ = write!(o, "; last piece → next request: median {} (other responses {})", ms(w), ms(x));
+            }
+            (Some(w), None) => {
+                let _ = write!(o, "; last piece → next request: median {}", ms(w));
+            }
+            _ => {}
+        }
+        o.push('\n');
+    }
+    let _ = writeln!(o, "  {}", t.text);
+    if let Some(ex) = &t.example {
+        let conn = match (&ex.local, &ex.peer) {
+            (Some(l), Some(p)) => format!(", {l} ↔ {p}"),
+            _ => String::new(),
+        };
+        let nagle = match ex.nagle {
+            "nagle" => "Nagle on",
+            "nodelay" => "TCP_NODELAY on",
+            "corked" => "corked",
+            _ => "options unknown",
+        };
+        let _ = writeln!(o, "  example: pid {} fd {}{conn}, {nagle}", ex.pid, ex.fd);
+        let half = ex.lines.len() - ex.lines.len() / 2;
+        for (i, l) in ex.lines.iter().enumerate() {
+            if ex.elided > 0 && i == half {
+                let _ = writeln!(o, "    … {} more calls", ex.elided);
+            }
+            let _ = writeln!(o, "    {}", l.text);
+        }
+        if let Some(g) = ex.gap_ms {
+            let _ = writeln!(o, "    last write → next request's data: {}", ms(g));
+        }
+    }
+    let _ = writeln!(o, "  cost: {}", t.overhead.text);
+    for n in &t.notes {
+        let _ = writeln!(o, "  note: {n}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,6 +692,7 @@ mod tests {
             host: Host::default(),
             advice: vec!["set TCP_NODELAY".into()],
             notes: Vec::new(),
+            trace: None,
         }
     }
 
