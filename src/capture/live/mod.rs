@@ -240,17 +240,16 @@ impl LiveCapture {
         Ok(stats)
     }
 
-    /// Hands each captured packet to `on_packet` instead of writing pcap,
-    /// until `stop` is set or `deadline` passes; `on_tick` runs at least every
-    /// 50 ms (after each ring block, and while waiting for one) with the
-    /// counts so far, for periodic work. The packet's bytes are those
+    /// Hands each captured packet to `on` instead of writing pcap, until
+    /// `stop` is set or `deadline` passes, with a [`Live::Tick`] at least
+    /// every 50 ms (after each ring block, while waiting for one, and once at
+    /// the end) for periodic work. A packet's bytes are those
     /// [`record`](Self::record) would write, with [`link`](Self::link)'s header.
     pub fn each(
         &mut self,
         stop: &AtomicBool,
         deadline: Option<Instant>,
-        on_packet: &mut dyn FnMut(&LivePacket<'_>),
-        on_tick: &mut dyn FnMut(&LiveStats),
+        on: &mut dyn FnMut(Live<'_>),
     ) -> Result<LiveStats, LiveError> {
         let (output, snaplen, link) = (self.output, self.snaplen, self.link());
         let mut scratch = Vec::with_capacity(snaplen as usize + 32);
@@ -260,14 +259,10 @@ impl LiveCapture {
                     scratch.clear();
                     let (data, orig_len) = framed(&f, output, snaplen, &mut scratch);
                     stats.bytes += data.len() as u64;
-                    on_packet(&LivePacket {
-                        link,
-                        ts_ns: i64::from(f.sec) * 1_000_000_000 + i64::from(f.nsec),
-                        data,
-                        orig_len,
-                    });
+                    let ts_ns = i64::from(f.sec) * 1_000_000_000 + i64::from(f.nsec);
+                    on(Live::Packet(LivePacket { link, ts_ns, data, orig_len }));
                 }
-                Step::Tick => on_tick(stats),
+                Step::Tick => on(Live::Tick(stats)),
             }
             Ok(())
         })
@@ -335,6 +330,15 @@ pub struct LivePacket<'a> {
     pub data: &'a [u8],
     /// Length on the wire.
     pub orig_len: u32,
+}
+
+/// What [`LiveCapture::each`] hands its callback.
+#[derive(Debug)]
+pub enum Live<'a> {
+    /// A captured packet.
+    Packet(LivePacket<'a>),
+    /// Time for periodic work; the counts so far (kernel drops are read about once a second).
+    Tick(&'a LiveStats),
 }
 
 /// What the ring loop hands its caller.
