@@ -443,3 +443,183 @@ impl Sink<ConnState> for WatchSink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::build::{MS, Seq, US, info};
+    use crate::tcp::Side::{Client, Server};
+    use crate::wire::{Flags, TcpOptions};
+
+    fn seg() -> Segment<'static> {
+        let e = Endpoint { ip: [127, 0, 0, 1].into(), port: 1 };
+        Segment {
+            frame: 0,
+            ts_ns: 0,
+            src: e,
+            dst: e,
+            seq: 0,
+            ack: 0,
+            flags: Flags(0),
+            window: 0,
+            len: 0,
+            options: TcpOptions::default(),
+            payload: &[],
+        }
+    }
+
+    /// Feeds a whole connection (events, then its end) to the sink.
+    fn feed(sink: &mut WatchSink, info: &ConnInfo, s: &Seq) {
+        let mut st = ConnState::default();
+        for e in &s.events {
+            sink.event(info, &mut st, e, &seg());
+        }
+        let last_ts = s.events.last().map_or(0, |e| e.ts_ns);
+        sink.close(info, st, &Totals { last_ts, ..Totals::default() });
+    }
+
+    /// `n` keep-alive exchanges whose responses are held ~44 ms by the server's Nagle, starting at `t0`.
+    fn stalling(n: i64, t0: i64) -> Seq {
+        let mut s = Seq::new();
+        for i in 0..n {
+            let t = t0 + i * 50 * MS;
+            s.data(t, Client, 80);
+            s.data(t + 30 * US, Server, 120);
+            s.ack(t + 44 * MS, Client);
+            s.data(t + 44 * MS + 15 * US, Server, 600);
+        }
+        s
+    }
+
+    fn server(port: u16) -> ConnInfo {
+        let mut i = info(20 * US, 0);
+        i.server.port = port;
+        i
+    }
+
+    #[test]
+    fn a_nagle_stall_is_a_finding_with_both_sides_named() {
+        let mut sink = WatchSink::new(Limits::default(), None);
+        feed(&mut sink, &server(8080), &stalling(1, 0));
+        let f: Vec<Finding> = sink.take_findings().collect();
+        assert_eq!(f.len(), 1);
+        assert_eq!((f[0].kind, f[0].role, f[0].server.as_str()), (Kind::NagleDelayedAck, "server", "127.0.0.1:8080"));
+        assert!((f[0].ms - 43.985).abs() < 0.01, "{}", f[0].ms);
+        assert_eq!(f[0].ts_ns, 44 * MS + 15 * US, "stamped with the held segment");
+        assert!(f[0].summary.contains("the server 127.0.0.1:8080 held part of a response 44.0 ms"), "{}", f[0].summary);
+        assert!(f[0].summary.contains("until the client 127.0.0.1 sent a delayed ACK (Linux delayed ACK"));
+        assert_eq!(f[0].ack_timer.as_deref(), Some("Linux delayed ACK, 40 ms minimum (HZ/25)"));
+        let rows = sink.interval();
+        assert_eq!(rows.len(), 1);
+        let c = &rows[0].counts;
+        assert_eq!((c.exchanges, c.found, c.suppressed), (1, [1, 0, 0, 0], 0));
+        assert!((c.latency.quantile_ms(0.5) - 44.0).abs() < 0.5);
+        assert!(sink.interval().is_empty(), "a new interval starts empty");
+        assert_eq!(sink.totals()[0].counts.found, [1, 0, 0, 0], "the whole run keeps it");
+        let v = sink.verdict();
+        assert_eq!(v.len(), 1);
+        assert!(v[0].starts_with("Nagle + delayed ACK: 1 of 1 responses from 127.0.0.1:8080 (server)"), "{v:?}");
+    }
+
+    #[test]
+    fn lines_are_rate_limited_per_interval_and_the_rest_counted() {
+        let mut sink = WatchSink::new(Limits { max_endpoints: 10, lines_per_interval: 3 }, None);
+        feed(&mut sink, &server(8080), &stalling(20, 0));
+        assert_eq!(sink.take_findings().count(), 3);
+        let rows = sink.interval();
+        assert_eq!((rows[0].counts.found[0], rows[0].counts.suppressed), (20, 17));
+        feed(&mut sink, &server(8080), &stalling(2, 10_000 * MS));
+        assert_eq!(sink.take_findings().count(), 2, "a new interval prints again");
+        assert_eq!(sink.totals()[0].counts.suppressed, 17);
+        let mut none = WatchSink::new(Limits { max_endpoints: 10, lines_per_interval: 0 }, None);
+        feed(&mut none, &server(8080), &stalling(2, 0));
+        assert_eq!(none.take_findings().count(), 0, "0 lines: summaries only");
+    }
+
+    #[test]
+    fn endpoints_beyond_the_cap_fold_into_other() {
+        let mut sink = WatchSink::new(Limits { max_endpoints: 2, lines_per_interval: 5 }, None);
+        for port in [8080, 8081, 8082, 8083, 8080] {
+            feed(&mut sink, &server(port), &stalling(1, 0));
+        }
+        assert_eq!((sink.endpoints(), sink.folded), (2, 2));
+        let rows = sink.interval();
+        let names: Vec<&str> = rows.iter().map(|r| r.server.as_str()).collect();
+        assert_eq!(names, ["127.0.0.1:8080", "127.0.0.1:8081", "other"]);
+        assert_eq!(rows[0].counts.exchanges, 2);
+        assert_eq!(rows[2].counts.found[0], 2);
+        let f: Vec<Finding> = sink.take_findings().collect();
+        assert_eq!(f.len(), 5, "findings on folded endpoints still name their real server");
+        assert_eq!(f[2].server, "127.0.0.1:8082");
+        assert_eq!(sink.verdict().len(), 2, "the verdict covers named endpoints only");
+    }
+
+    #[test]
+    fn a_retransmission_timeout_is_a_finding_a_fast_retransmit_is_not() {
+        let mut sink = WatchSink::new(Limits::default(), None);
+        let mut s = Seq::new();
+        s.data(0, Client, 80);
+        s.data(30 * US, Server, 1000);
+        s.resend(5 * MS, Server, 1000, 5 * MS);
+        s.data(10 * MS, Server, 1000);
+        s.resend(220 * MS, Server, 1000, 210 * MS);
+        feed(&mut sink, &server(8080), &s);
+        let f: Vec<Finding> = sink.take_findings().collect();
+        assert_eq!(f.len(), 1);
+        assert_eq!((f[0].kind, f[0].role), (Kind::RetransmissionTimeout, "server"));
+        assert!(
+            f[0].summary.starts_with("Retransmission timeout: the server 127.0.0.1:8080 re-sent bytes 210.0 ms"),
+            "{}",
+            f[0].summary
+        );
+        assert_eq!(sink.interval()[0].counts.found, [0, 1, 0, 0]);
+        let v = sink.verdict();
+        assert!(v[0].starts_with("Retransmission: 2 segments re-sent"), "both in the verdict: {v:?}");
+    }
+
+    #[test]
+    fn syn_retries_and_zero_windows_are_findings() {
+        let mut sink = WatchSink::new(Limits::default(), None);
+        let mut s = Seq::new();
+        s.syn(0, Client, false);
+        s.syn(1000 * MS, Client, true);
+        s.syn(1000 * MS + 50 * US, Server, false);
+        s.ack(1000 * MS + 60 * US, Client);
+        s.data(1001 * MS, Client, 80);
+        s.data(1002 * MS, Server, 1000);
+        s.ack_window(1003 * MS, Client, 0);
+        s.ack_window(1303 * MS, Client, 65535);
+        feed(&mut sink, &server(8080), &s);
+        let f: Vec<Finding> = sink.take_findings().collect();
+        let kinds: Vec<(Kind, &str)> = f.iter().map(|f| (f.kind, f.role)).collect();
+        assert_eq!(kinds, [(Kind::SynRetransmission, "client"), (Kind::ZeroWindow, "client")]);
+        assert!(f[0].summary.contains("sent its SYN 2 times"), "{}", f[0].summary);
+        assert!((f[1].ms - 300.0).abs() < 0.01);
+        // Unanswered SYNs are reported when the connection is finished.
+        let mut s = Seq::new();
+        s.syn(0, Client, false);
+        s.syn(1000 * MS, Client, true);
+        s.syn(3000 * MS, Client, true);
+        feed(&mut sink, &server(9090), &s);
+        let f: Vec<Finding> = sink.take_findings().collect();
+        assert_eq!(f.len(), 1);
+        assert!(f[0].summary.contains("never answered, given up after 3.00 s"), "{}", f[0].summary);
+        assert_eq!(f[0].ts_ns, 3000 * MS);
+    }
+
+    #[test]
+    fn metrics_count_per_endpoint_and_role() {
+        let m = Arc::new(Metrics::new());
+        let mut sink = WatchSink::new(Limits::default(), Some(m.clone()));
+        feed(&mut sink, &server(8080), &stalling(3, 0));
+        feed(&mut sink, &server(8081), &Seq::new());
+        let text = m.encode();
+        let line = |l: &str| text.lines().any(|x| x == l);
+        assert!(line(r#"tcpdoctor_stalls_total{kind="nagle_delayed_ack",endpoint="127.0.0.1:8080",role="server"} 3"#));
+        assert!(line(r#"tcpdoctor_stalls_total{kind="nagle_delayed_ack",endpoint="127.0.0.1:8080",role="client"} 0"#));
+        assert!(line(r#"tcpdoctor_stalls_total{kind="nagle_delayed_ack",endpoint="127.0.0.1:8081",role="server"} 0"#));
+        assert!(line(r#"tcpdoctor_exchange_latency_seconds_count{endpoint="127.0.0.1:8080"} 3"#), "{text}");
+        assert!(line(r#"tcpdoctor_stall_seconds_bucket{le="0.04",kind="nagle_delayed_ack"} 0"#), "{text}");
+        assert!(line(r#"tcpdoctor_stall_seconds_bucket{le="0.045",kind="nagle_delayed_ack"} 3"#), "{text}");
+    }
+}
