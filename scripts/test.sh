@@ -16,6 +16,7 @@ have ab || need+=(apache2-utils)
 have python3 || need+=(python3)
 have go || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 have chromium || need+=(chromium)
+have promtool || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${need[*]}" >&2
   sudo=""
