@@ -43,7 +43,7 @@ impl Default for Options {
 
 /// The streaming analysis: decode → track → detect → findings and counts.
 pub struct Watch {
-    tracker: Tracker<ConnState>,
+    tracker: Tracker<Box<ConnState>>,
     sink: WatchSink,
     metrics: Option<Arc<Metrics>>,
     frame: u64,

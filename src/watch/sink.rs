@@ -401,13 +401,16 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
     }
 }
 
-impl Sink<ConnState> for WatchSink {
-    fn event(&mut self, info: &ConnInfo, st: &mut ConnState, ev: &Event, seg: &Segment<'_>) {
+/// Boxed, so the tracker's table holds a pointer per connection, not the
+/// detectors' ~500 bytes: a table sized for the connection cap stays small
+/// while few connections are open.
+impl Sink<Box<ConnState>> for WatchSink {
+    fn event(&mut self, info: &ConnInfo, st: &mut Box<ConnState>, ev: &Event, seg: &Segment<'_>) {
         let slot = match st.slot {
             Some(s) => s,
             None => *st.slot.insert(self.slot_for(info.server)),
         };
-        let ConnState { det, retrans, server_stalls, .. } = st;
+        let ConnState { det, retrans, server_stalls, .. } = &mut **st;
         let mut c = (*retrans, *server_stalls);
         let start = self.pending.len();
         det.step(info, ev, seg.payload, &mut |o| self.observe(info, &mut c, slot, o));
@@ -425,7 +428,7 @@ impl Sink<ConnState> for WatchSink {
         }
     }
 
-    fn close(&mut self, info: &ConnInfo, mut st: ConnState, totals: &Totals) {
+    fn close(&mut self, info: &ConnInfo, mut st: Box<ConnState>, totals: &Totals) {
         let slot = match st.slot {
             Some(s) => s,
             None => self.slot_for(info.server),
@@ -470,7 +473,7 @@ mod tests {
 
     /// Feeds a whole connection (events, then its end) to the sink.
     fn feed(sink: &mut WatchSink, info: &ConnInfo, s: &Seq) {
-        let mut st = ConnState::default();
+        let mut st = Box::<ConnState>::default();
         for e in &s.events {
             sink.event(info, &mut st, e, &seg());
         }
