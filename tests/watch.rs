@@ -292,7 +292,7 @@ fn parse_exposition(text: &str, openmetrics: bool) -> Result<Vec<Sample>, String
         if !allowed.contains(&suffix) {
             return Err(format!("suffix {suffix:?} not allowed for a {ty}: {line}"));
         }
-        if (ty == "counter" || suffix == "_bucket" || suffix == "_count") && !(s.value >= 0.0) {
+        if (ty == "counter" || suffix == "_bucket" || suffix == "_count") && (s.value.is_nan() || s.value < 0.0) {
             return Err(format!("negative count: {line}"));
         }
         if suffix == "_bucket" && !s.labels.contains_key("le") {
@@ -463,7 +463,7 @@ fn stalls_counted_for_the_nagle_server_and_not_for_its_nodelay_twin() {
     let fin = out.split(" FINAL SUMMARY over ").nth(1).unwrap_or_else(|| panic!("no final summary:\n{out}"));
     let row = fin.lines().find(|l| l.trim_start().starts_with(&n)).unwrap();
     assert!(row.contains(" ms") && row.contains("more finding lines not shown"), "{row}");
-    assert!(fin.contains(&format!("Nagle + delayed ACK: ")) && fin.contains(&format!("from {n} (server")), "{fin}");
+    assert!(fin.contains("Nagle + delayed ACK: ") && fin.contains(&format!("from {n} (server")), "{fin}");
     assert!(!fin.contains(&format!("from {d} (server")), "{fin}");
     assert!(err.lines().count() == 1, "only the start line on stderr: {err}");
 }
