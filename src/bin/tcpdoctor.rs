@@ -1008,11 +1008,7 @@ fn run_watch(a: WatchArgs) -> ExitCode {
     // SIGTERM too: under systemd or Kubernetes that is how it is asked to stop.
     tcpdoctor::interrupt::catch_all();
     let at = server.as_ref().map(|s| format!(", metrics at http://{}/metrics", s.addr())).unwrap_or_default();
-    eprintln!(
-        "tcpdoctor: watching {}{what}{at}; a summary every {:.0} s; Ctrl-C stops",
-        a.iface,
-        a.summary_every.as_secs_f64()
-    );
+    eprintln!("tcpdoctor: watching {}{what}{at}; a summary every {:?}; Ctrl-C stops", a.iface, a.summary_every);
     let mut out = std::io::stdout().lock();
     let r = watch::run(&mut cap, &ro, metrics, tcpdoctor::interrupt::flag(), &mut out);
     drop(server);
