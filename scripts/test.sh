@@ -17,6 +17,7 @@ have python3 || need+=(python3)
 have strace || need+=(strace)
 have go || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 have chromium || need+=(chromium)
+have promtool || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${need[*]}" >&2
   sudo=""

@@ -6,7 +6,8 @@
 //! [`tcp`] (connection events) → [`detect`] (one module per cause) →
 //! [`report`] (JSON schema and text). [`analyze`] runs the pipeline.
 //! [`measure`] holds the active instruments (`probe`, `trace`); [`inspect`]
-//! looks at a live process's sockets.
+//! looks at a live process's sockets; [`watch`] runs the analysis on a live
+//! capture and exports Prometheus metrics.
 
 pub mod analyze;
 pub mod capture;
@@ -22,4 +23,5 @@ pub mod measure;
 pub mod report;
 pub mod tcp;
 mod verdict;
+pub mod watch;
 pub mod wire;

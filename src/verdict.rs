@@ -79,7 +79,8 @@ fn ms(ns: i64) -> f64 {
     report::ms(ns)
 }
 
-fn ack_timer(p50_ms: f64) -> String {
+/// Names the ACK timer a delay (ms) looks like.
+pub(crate) fn ack_timer(p50_ms: f64) -> String {
     match p50_ms {
         x if (35.0..70.0).contains(&x) => "Linux delayed ACK, 40 ms minimum (HZ/25)".into(),
         x if (85.0..130.0).contains(&x) => "macOS delayed ACK, ~100 ms".into(),

@@ -1,6 +1,8 @@
 //! Per-file aggregates (per Nagle endpoint, per server, per cause) and how
 //! the results of several files merge.
 
+use super::collect::{RTO_NS, SLOW_THINK_NS};
+use crate::detect::{Exchange, Stall, Times};
 use crate::dist::Dist;
 use crate::report::{self, Ladder};
 use crate::tcp::Side;
@@ -93,6 +95,74 @@ pub(crate) struct FileResult {
 pub(crate) fn push_example(v: &mut Vec<u64>, frames: &[u64], per: usize) {
     if v.len() < EXAMPLES * per {
         v.extend_from_slice(frames);
+    }
+}
+
+impl NagleAgg {
+    /// Adds a stall held by this endpoint; `peer` delayed its ACK.
+    pub(crate) fn add(&mut self, peer: IpAddr, s: &Stall) {
+        self.side = Some(s.nagle);
+        self.peer = Some(peer);
+        self.stalls.record(s.stall_ns);
+        self.acks.record(s.ack_delay_ns);
+        self.lost_ns = self.lost_ns.saturating_add(s.stall_ns);
+        push_example(&mut self.examples, &[s.small_frame, s.ack_frame, s.held_frame], 3);
+    }
+}
+
+impl ServerAgg {
+    /// Adds one exchange and its split.
+    pub(crate) fn add_exchange(&mut self, t: &Times, x: &Exchange) {
+        self.exchanges += 1;
+        self.total.record(t.total);
+        self.think.record(t.think);
+        self.sum_total = self.sum_total.saturating_add(t.total);
+        self.sum_network = self.sum_network.saturating_add(t.network);
+        self.sum_think = self.sum_think.saturating_add(t.think);
+        self.sum_transfer = self.sum_transfer.saturating_add(t.transfer);
+        self.sum_stall = self.sum_stall.saturating_add(t.stall);
+        self.sum_loss = self.sum_loss.saturating_add(t.loss);
+        if t.think >= SLOW_THINK_NS {
+            self.slow += 1;
+            self.slow_think_ns = self.slow_think_ns.saturating_add(t.think);
+            if self.slow_examples.len() < EXAMPLES * 2 {
+                // The last request frame is not tracked; the first is close enough to find it.
+                self.slow_examples.extend_from_slice(&[x.first_frame, x.last_frame]);
+            }
+        }
+    }
+}
+
+impl CountAgg {
+    /// Adds a re-sent segment (`first`: the first on its connection).
+    pub(crate) fn add_retrans(&mut self, spurious: bool, frame: u64, since_ns: i64, first: bool) {
+        self.events += 1;
+        self.spurious += u64::from(spurious);
+        if !spurious {
+            self.timeouts += u64::from(since_ns >= RTO_NS);
+            self.dist.record(since_ns);
+        }
+        self.lost_ns = self.lost_ns.saturating_add(since_ns);
+        self.connections += u64::from(first);
+        push_example(&mut self.examples, &[frame], 1);
+    }
+
+    /// Adds a connection whose SYN (or SYN-ACK) was re-sent.
+    pub(crate) fn add_syn(&mut self, retries: u32, delay_ns: i64, answered: bool, frames: [u64; 2]) {
+        self.connections += 1;
+        self.retries += u64::from(retries);
+        self.unanswered += u64::from(!answered);
+        self.dist.record(delay_ns);
+        self.lost_ns = self.lost_ns.saturating_add(delay_ns);
+        push_example(&mut self.examples, &frames, 2);
+    }
+
+    /// Adds a window closed for `duration_ns`.
+    pub(crate) fn add_zero(&mut self, duration_ns: i64, frames: [u64; 2]) {
+        self.events += 1;
+        self.dist.record(duration_ns);
+        self.lost_ns = self.lost_ns.saturating_add(duration_ns);
+        push_example(&mut self.examples, &frames, 2);
     }
 }
 

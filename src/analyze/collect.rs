@@ -2,8 +2,8 @@
 //! folds what they observe into the file's aggregates, connection rows and ladders.
 
 use super::Options;
-use super::agg::{EXAMPLES, FileResult, ServerAgg, keep_stalled, push_example, worth_keeping};
-use crate::detect::{Detectors, Exchange, Observation, Stall};
+use super::agg::{FileResult, ServerAgg, keep_stalled, worth_keeping};
+use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
 use crate::report::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
 use crate::tcp::table::Totals;
 use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, Side, Sink};
@@ -78,36 +78,20 @@ impl<'o> Collector<'o> {
             Observation::Retransmission { from, spurious, frame, since_ns } => {
                 st.retrans += 1;
                 st.lost_ns = st.lost_ns.saturating_add(since_ns);
-                let a = self.r.retrans.entry((info.server, from)).or_default();
-                a.events += 1;
-                a.spurious += u64::from(spurious);
-                if !spurious {
-                    a.timeouts += u64::from(since_ns >= RTO_NS);
-                    a.dist.record(since_ns);
-                }
-                a.lost_ns = a.lost_ns.saturating_add(since_ns);
-                if st.retrans == 1 {
-                    a.connections += 1;
-                }
-                push_example(&mut a.examples, &[frame], 1);
+                self.r.retrans.entry((info.server, from)).or_default().add_retrans(
+                    spurious,
+                    frame,
+                    since_ns,
+                    st.retrans == 1,
+                );
             }
             Observation::SynRetry { from, retries, delay_ns, answered, frames } => {
                 st.lost_ns = st.lost_ns.saturating_add(delay_ns);
-                let a = self.r.syn.entry((info.server, from)).or_default();
-                a.connections += 1;
-                a.retries += u64::from(retries);
-                a.unanswered += u64::from(!answered);
-                a.dist.record(delay_ns);
-                a.lost_ns = a.lost_ns.saturating_add(delay_ns);
-                push_example(&mut a.examples, &frames, 2);
+                self.r.syn.entry((info.server, from)).or_default().add_syn(retries, delay_ns, answered, frames);
             }
             Observation::ZeroWindow { from, duration_ns, frames } => {
                 st.lost_ns = st.lost_ns.saturating_add(duration_ns);
-                let a = self.r.zero.entry((info.server, from)).or_default();
-                a.events += 1;
-                a.dist.record(duration_ns);
-                a.lost_ns = a.lost_ns.saturating_add(duration_ns);
-                push_example(&mut a.examples, &frames, 2);
+                self.r.zero.entry((info.server, from)).or_default().add_zero(duration_ns, frames);
             }
         }
     }
@@ -116,13 +100,7 @@ impl<'o> Collector<'o> {
         st.stalls[s.nagle.idx()] += 1;
         st.lost_ns = st.lost_ns.saturating_add(s.stall_ns);
         st.cur_stall = st.cur_stall.saturating_add(s.stall_ns);
-        let a = self.r.nagle.entry(info.endpoint(s.nagle)).or_default();
-        a.side = Some(s.nagle);
-        a.peer = Some(info.endpoint(s.nagle.other()).ip);
-        a.stalls.record(s.stall_ns);
-        a.acks.record(s.ack_delay_ns);
-        a.lost_ns = a.lost_ns.saturating_add(s.stall_ns);
-        push_example(&mut a.examples, &[s.small_frame, s.ack_frame, s.held_frame], 3);
+        self.r.nagle.entry(info.endpoint(s.nagle)).or_default().add(info.endpoint(s.nagle.other()).ip, &s);
         for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
             for r in rows.iter_mut() {
                 if r.frame == s.small_frame {
@@ -145,34 +123,10 @@ impl<'o> Collector<'o> {
 
     fn exchange(&mut self, info: &ConnInfo, st: &mut Acc, x: Exchange) {
         st.exchanges += 1;
-        let to_server = info.rtt_to(Side::Server);
-        let to_client = info.rtt_to(Side::Client);
-        // Application time: before the first response byte, plus pauses inside the response.
-        let think = (x.resp_first - x.req_last - to_server).max(0) + x.resp_pause;
-        let stall = x.req_stall + x.resp_stall;
-        let transfer =
-            ((x.req_last - x.req_first) + (x.resp_last - x.resp_first) - stall - x.resp_pause - x.loss).max(0);
-        let network = to_client + to_server;
-        let total = network + think + transfer + stall + x.loss;
+        let times = x.times(info.rtt_to(Side::Client), info.rtt_to(Side::Server));
+        let Times { network, think, transfer, stall, total, .. } = times;
         let slot = self.server_slot(info, st);
-        let a = &mut self.slots[slot].1;
-        a.exchanges += 1;
-        a.total.record(total);
-        a.think.record(think);
-        a.sum_total = a.sum_total.saturating_add(total);
-        a.sum_network = a.sum_network.saturating_add(network);
-        a.sum_think = a.sum_think.saturating_add(think);
-        a.sum_transfer = a.sum_transfer.saturating_add(transfer);
-        a.sum_stall = a.sum_stall.saturating_add(stall);
-        a.sum_loss = a.sum_loss.saturating_add(x.loss);
-        if think >= SLOW_THINK_NS {
-            a.slow += 1;
-            a.slow_think_ns = a.slow_think_ns.saturating_add(think);
-            if a.slow_examples.len() < EXAMPLES * 2 {
-                // The last request frame is not tracked; the first is close enough to find it.
-                a.slow_examples.extend_from_slice(&[x.first_frame, x.last_frame]);
-            }
-        }
+        self.slots[slot].1.add_exchange(&times, &x);
         // Close the ladder of the exchange that just ended.
         if st.cur_stall > 0 && st.worst.as_ref().is_none_or(|w| st.cur_stall > w.0) {
             let times = ExchangeTimes {

@@ -58,6 +58,40 @@ pub struct Exchange {
     pub last_frame: u64,
 }
 
+/// Where one exchange's time went, ns: the split `analyze` reports per server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Times {
+    /// Client ↔ server round trip.
+    pub network: i64,
+    /// Application: request end → first response byte (network removed), plus pauses inside the response.
+    pub think: i64,
+    /// Sending the bytes.
+    pub transfer: i64,
+    /// Nagle + delayed-ACK holds.
+    pub stall: i64,
+    /// Waiting for lost bytes to be re-sent.
+    pub loss: i64,
+    /// All of it: request start → last response byte, as the client sees it.
+    pub total: i64,
+}
+
+impl Exchange {
+    /// Splits the exchange's time, given the round trips from the capture
+    /// point to the client and to the server (ns).
+    pub fn times(&self, rtt_to_client: i64, rtt_to_server: i64) -> Times {
+        let think = (self.resp_first - self.req_last - rtt_to_server).max(0) + self.resp_pause;
+        let stall = self.req_stall + self.resp_stall;
+        let transfer = ((self.req_last - self.req_first) + (self.resp_last - self.resp_first)
+            - stall
+            - self.resp_pause
+            - self.loss)
+            .max(0);
+        let network = rtt_to_client + rtt_to_server;
+        let total = network + think + transfer + stall + self.loss;
+        Times { network, think, transfer, stall, loss: self.loss, total }
+    }
+}
+
 /// What a detector concluded from an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observation {

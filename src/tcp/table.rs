@@ -75,11 +75,70 @@ pub struct Tracker<T> {
     map: FxHashMap<Key, Conn<T>>,
     next_id: ConnId,
     since_sweep: u32,
+    idle_ns: i64,
+    max_conns: usize,
+    evicted: u64,
 }
 
 impl<T: Default> Default for Tracker<T> {
     fn default() -> Self {
-        Tracker { map: FxHashMap::default(), next_id: 1, since_sweep: 0 }
+        Tracker::with_limits(IDLE_NS, usize::MAX)
+    }
+}
+
+impl<T: Default> Tracker<T> {
+    /// A tracker that finishes connections silent for `idle_ns` and never
+    /// holds more than `max_conns` (at least 1): a long-running capture
+    /// (`watch`) must not grow with what passes.
+    pub fn with_limits(idle_ns: i64, max_conns: usize) -> Self {
+        Tracker {
+            map: FxHashMap::default(),
+            next_id: 1,
+            since_sweep: 0,
+            idle_ns: idle_ns.max(1),
+            max_conns: max_conns.max(1),
+            evicted: 0,
+        }
+    }
+
+    /// Connections held now.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no connection is held.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Connections finished early to stay within the cap, so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Finishes connections closed more than 2 s ago or idle longer than the
+    /// idle limit at time `now` (ns); `segment` does this every 65536 packets,
+    /// a live capture also on its clock.
+    pub fn expire<S: Sink<T>>(&mut self, now: i64, sink: &mut S) {
+        self.since_sweep = 0;
+        self.sweep(now, sink);
+    }
+
+    /// Makes room under the cap: finishes an eighth of it (so the scan is
+    /// paid once per many new connections), closed ones first, then the
+    /// longest silent.
+    fn evict<S: Sink<T>>(&mut self, sink: &mut S) {
+        let n = (self.max_conns / 8).max(1).min(self.map.len());
+        let mut all: Vec<(bool, i64, Key)> = self.map.iter().map(|(k, c)| (!c.closed, c.totals.last_ts, *k)).collect();
+        if n < all.len() {
+            all.select_nth_unstable_by_key(n - 1, |&(open, ts, _)| (open, ts));
+        }
+        for (_, _, k) in all.into_iter().take(n) {
+            if let Some(c) = self.map.remove(&k) {
+                self.evicted += 1;
+                sink.close(&c.info, c.state, &c.totals);
+            }
+        }
     }
 }
 
@@ -106,8 +165,11 @@ impl<T: Default> Tracker<T> {
                 sink.close(&old.info, old.state, &old.totals);
             }
         }
+        if self.map.len() >= self.max_conns {
+            self.evict(sink);
+        }
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
         let conn = self.map.entry(k).or_insert(new_conn(id, seg));
         step(conn, seg, sink);
     }
@@ -127,7 +189,7 @@ impl<T: Default> Tracker<T> {
             .iter()
             .filter(|(_, c)| {
                 let quiet = now - c.totals.last_ts;
-                (c.closed && quiet > LINGER_NS) || quiet > IDLE_NS
+                (c.closed && quiet > LINGER_NS) || quiet > self.idle_ns
             })
             .map(|(k, _)| *k)
             .collect();
@@ -269,5 +331,54 @@ mod tests {
             assert_eq!(info.mss, [Some(want), Some(want)], "client ts {client_ts}, server ts {server_ts}");
             assert_eq!((info.client.port, info.roles), (40000, RoleSource::Handshake));
         }
+    }
+
+    #[derive(Default)]
+    struct Closed(Vec<u16>);
+
+    impl Sink<()> for Closed {
+        fn event(&mut self, _: &ConnInfo, _: &mut (), _: &Event, _: &Segment<'_>) {}
+        fn close(&mut self, info: &ConnInfo, _: (), _: &Totals) {
+            self.0.push(info.client.port);
+        }
+    }
+
+    /// A SYN from client port `port` at `t`.
+    fn syn_from(port: u16, t: i64) -> Segment<'static> {
+        let mut s = syn(true, false, false);
+        s.src.port = port;
+        s.ts_ns = t;
+        s
+    }
+
+    #[test]
+    fn the_cap_evicts_the_longest_silent_and_counts_them() {
+        let mut t: Tracker<()> = Tracker::with_limits(1_000_000_000_000, 16);
+        let mut sink = Closed::default();
+        for i in 0..16u16 {
+            t.segment(&syn_from(1000 + i, i64::from(i)), &mut sink);
+        }
+        assert_eq!((t.len(), t.evicted()), (16, 0));
+        // Port 1000 speaks again: now the most recent, so ports 1001 and 1002 go first.
+        t.segment(&syn_from(1000, 100), &mut sink);
+        t.segment(&syn_from(2000, 101), &mut sink);
+        sink.0.sort();
+        assert_eq!(sink.0, vec![1001, 1002], "an eighth of the cap, longest silent first");
+        assert_eq!((t.len(), t.evicted()), (15, 2));
+        for i in 0..1000u16 {
+            t.segment(&syn_from(3000 + i, 200 + i64::from(i)), &mut sink);
+            assert!(t.len() <= 16);
+        }
+        assert_eq!(t.evicted() as usize, sink.0.len());
+    }
+
+    #[test]
+    fn expire_finishes_idle_connections_on_the_callers_clock() {
+        let mut t: Tracker<()> = Tracker::with_limits(5_000, 100);
+        let mut sink = Closed::default();
+        t.segment(&syn_from(1000, 0), &mut sink);
+        t.segment(&syn_from(1001, 4_000), &mut sink);
+        t.expire(6_000, &mut sink);
+        assert_eq!((sink.0.clone(), t.len(), t.evicted()), (vec![1000], 1, 0), "idle, not evicted");
     }
 }

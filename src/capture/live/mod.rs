@@ -47,6 +47,8 @@ const POLL: Duration = Duration::from_millis(50);
 /// After stop or the deadline, how long to wait for the block the kernel was
 /// still filling (it is handed over at most one block timeout later).
 const DRAIN: Duration = Duration::from_millis(2 * BLOCK_TIMEOUT_MS as u64 + 10);
+/// How often the kernel's drop counter is read during a capture.
+const STATS_EVERY: Duration = Duration::from_secs(1);
 
 /// What to capture.
 #[derive(Clone, Debug)]
@@ -224,15 +226,71 @@ impl LiveCapture {
         deadline: Option<Instant>,
         max_packets: Option<u64>,
     ) -> Result<LiveStats, LiveError> {
-        let mut stats = LiveStats::default();
         let mut buf = pcap_header(self.snaplen, self.link());
+        let (output, snaplen) = (self.output, self.snaplen);
+        let mut scratch = Vec::new();
+        let stats = self.pump(stop, deadline, max_packets, &mut |step, stats| match step {
+            Step::Frame(f) => {
+                append(&f, output, snaplen, &mut buf, &mut scratch, stats);
+                Ok(())
+            }
+            Step::Tick => flush(out, &mut buf),
+        })?;
+        out.flush().map_err(write_error)?;
+        Ok(stats)
+    }
+
+    /// Hands each captured packet to `on` instead of writing pcap, until
+    /// `stop` is set or `deadline` passes, with a [`Live::Tick`] at least
+    /// every 50 ms (after each ring block, while waiting for one, and once at
+    /// the end) for periodic work. A packet's bytes are those
+    /// [`record`](Self::record) would write, with [`link`](Self::link)'s header.
+    pub fn each(
+        &mut self,
+        stop: &AtomicBool,
+        deadline: Option<Instant>,
+        on: &mut dyn FnMut(Live<'_>),
+    ) -> Result<LiveStats, LiveError> {
+        let (output, snaplen, link) = (self.output, self.snaplen, self.link());
+        let mut scratch = Vec::with_capacity(snaplen as usize + 32);
+        self.pump(stop, deadline, None, &mut |step, stats| {
+            match step {
+                Step::Frame(f) => {
+                    scratch.clear();
+                    let (data, orig_len) = framed(&f, output, snaplen, &mut scratch);
+                    stats.bytes += data.len() as u64;
+                    let ts_ns = i64::from(f.sec) * 1_000_000_000 + i64::from(f.nsec);
+                    on(Live::Packet(LivePacket { link, ts_ns, data, orig_len }));
+                }
+                Step::Tick => on(Live::Tick(stats)),
+            }
+            Ok(())
+        })
+    }
+
+    /// The ring loop both [`record`](Self::record) and [`each`](Self::each)
+    /// run: frames in order (loopback's outgoing copies left out and counted),
+    /// a tick before each look at the ring, kernel drops read about once a second.
+    fn pump(
+        &mut self,
+        stop: &AtomicBool,
+        deadline: Option<Instant>,
+        max_packets: Option<u64>,
+        on: &mut dyn FnMut(Step<'_>, &mut LiveStats) -> Result<(), LiveError>,
+    ) -> Result<LiveStats, LiveError> {
+        let mut stats = LiveStats::default();
         let mut drain_until: Option<Instant> = None;
+        let mut next_stats = Instant::now() + STATS_EVERY;
         loop {
-            flush(out, &mut buf)?;
+            let now = Instant::now();
+            if now >= next_stats {
+                next_stats = now + STATS_EVERY;
+                stats.kernel_drops += self.take_drops()?;
+            }
+            on(Step::Tick, &mut stats)?;
             if max_packets.is_some_and(|m| stats.packets >= m) {
                 break;
             }
-            let now = Instant::now();
             if drain_until.is_none() && (stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| now >= d)) {
                 drain_until = Some(now + DRAIN);
             }
@@ -240,8 +298,9 @@ impl LiveCapture {
                 break;
             }
             if let Some(block) = self.ring.block(self.next) {
-                append(block, self.output, self.snaplen, max_packets, &mut buf, &mut stats);
+                let r = each_frame(block, max_packets, &mut stats, &mut |f, st| on(Step::Frame(f), st));
                 self.ring.release(self.next);
+                r?;
                 self.next = (self.next + 1) % self.ring.blocks();
                 continue;
             }
@@ -249,11 +308,45 @@ impl LiveCapture {
             ring::wait(self.fd.as_fd(), until)
                 .map_err(|e| LiveError::Io(format!("capture on {} stopped: {e}", self.iface)))?;
         }
-        let (_, drops) = ring::take_stats(self.fd.as_fd()).map_err(|e| os_error(&self.iface, "statistics", &e))?;
-        stats.kernel_drops = drops;
-        out.flush().map_err(write_error)?;
+        stats.kernel_drops += self.take_drops()?;
+        on(Step::Tick, &mut stats)?;
         Ok(stats)
     }
+
+    /// Packets dropped by the kernel since the last look (reading resets its counter).
+    fn take_drops(&self) -> Result<u64, LiveError> {
+        ring::take_stats(self.fd.as_fd()).map(|(_, d)| d).map_err(|e| os_error(&self.iface, "statistics", &e))
+    }
+}
+
+/// One packet handed to [`LiveCapture::each`].
+#[derive(Clone, Copy, Debug)]
+pub struct LivePacket<'a> {
+    /// Link type of `data` (the capture's [`LiveCapture::link`]).
+    pub link: LinkType,
+    /// Kernel timestamp, ns since the epoch.
+    pub ts_ns: i64,
+    /// The captured bytes (at most the snap length).
+    pub data: &'a [u8],
+    /// Length on the wire.
+    pub orig_len: u32,
+}
+
+/// What [`LiveCapture::each`] hands its callback.
+#[derive(Debug)]
+pub enum Live<'a> {
+    /// A captured packet.
+    Packet(LivePacket<'a>),
+    /// Time for periodic work; the counts so far (kernel drops are read about once a second).
+    Tick(&'a LiveStats),
+}
+
+/// What the ring loop hands its caller.
+enum Step<'a> {
+    /// A packet (loopback duplicates already left out).
+    Frame(ring::Frame<'a>),
+    /// Before each look at the ring, and once at the end: time for periodic work.
+    Tick,
 }
 
 fn write_error(e: io::Error) -> LiveError {
@@ -279,15 +372,44 @@ fn pcap_header(snaplen: u32, link: LinkType) -> Vec<u8> {
     h
 }
 
-/// Writes a block's packets as pcap records into `buf`.
-fn append(
+/// A frame's bytes as they are written, and its length on the wire: the
+/// frame itself, or rebuilt in `scratch` when a VLAN tag goes back in or a
+/// cooked header goes in front. Cut to `snaplen`.
+fn framed<'a>(f: &ring::Frame<'a>, output: Output, snaplen: u32, scratch: &'a mut Vec<u8>) -> (&'a [u8], u32) {
+    let (data, added): (&[u8], u32) = match output {
+        Output::Ethernet if f.status & libc::TP_STATUS_VLAN_VALID != 0 && f.data.len() >= 12 => {
+            let tpid = if f.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 { f.vlan_tpid } else { 0x8100 };
+            scratch.extend_from_slice(&f.data[..12]);
+            scratch.extend_from_slice(&tpid.to_be_bytes());
+            scratch.extend_from_slice(&f.vlan_tci.to_be_bytes());
+            scratch.extend_from_slice(&f.data[12..]);
+            (scratch, 4)
+        }
+        Output::Ethernet | Output::Raw => (f.data, 0),
+        Output::Cooked => {
+            // Linux cooked header v1: packet type, ARPHRD type, address length, 8 address bytes, EtherType.
+            scratch.extend_from_slice(&u16::from(f.pkttype).to_be_bytes());
+            scratch.extend_from_slice(&f.hatype.to_be_bytes());
+            scratch.extend_from_slice(&u16::from(f.halen.min(8)).to_be_bytes());
+            scratch.extend_from_slice(&f.addr);
+            scratch.extend_from_slice(&f.protocol);
+            scratch.extend_from_slice(f.data);
+            (scratch, 16)
+        }
+    };
+    let caplen = data.len().min(snaplen as usize);
+    let orig = f.len.saturating_add(added).max(caplen as u32);
+    (&data[..caplen], orig)
+}
+
+/// The frames of a block worth keeping, in order: loopback's outgoing copies
+/// are left out (and counted), and no more than `max_packets` in all.
+fn each_frame(
     block: &[u8],
-    output: Output,
-    snaplen: u32,
     max_packets: Option<u64>,
-    buf: &mut Vec<u8>,
     stats: &mut LiveStats,
-) {
+    on: &mut dyn FnMut(ring::Frame<'_>, &mut LiveStats) -> Result<(), LiveError>,
+) -> Result<(), LiveError> {
     for f in ring::frames(block) {
         if max_packets.is_some_and(|m| stats.packets >= m) {
             break;
@@ -296,41 +418,29 @@ fn append(
             stats.loopback_duplicates += 1;
             continue;
         }
-        let rec = buf.len();
-        buf.extend_from_slice(&[0; 16]);
-        let added: u32 = match output {
-            Output::Ethernet if f.status & libc::TP_STATUS_VLAN_VALID != 0 && f.data.len() >= 12 => {
-                let tpid = if f.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 { f.vlan_tpid } else { 0x8100 };
-                buf.extend_from_slice(&f.data[..12]);
-                buf.extend_from_slice(&tpid.to_be_bytes());
-                buf.extend_from_slice(&f.vlan_tci.to_be_bytes());
-                buf.extend_from_slice(&f.data[12..]);
-                4
-            }
-            Output::Ethernet | Output::Raw => {
-                buf.extend_from_slice(f.data);
-                0
-            }
-            Output::Cooked => {
-                // Linux cooked header v1: packet type, ARPHRD type, address length, 8 address bytes, EtherType.
-                buf.extend_from_slice(&u16::from(f.pkttype).to_be_bytes());
-                buf.extend_from_slice(&f.hatype.to_be_bytes());
-                buf.extend_from_slice(&u16::from(f.halen.min(8)).to_be_bytes());
-                buf.extend_from_slice(&f.addr);
-                buf.extend_from_slice(&f.protocol);
-                buf.extend_from_slice(f.data);
-                16
-            }
-        };
-        let caplen = ((buf.len() - rec - 16) as u32).min(snaplen);
-        buf.truncate(rec + 16 + caplen as usize);
-        let orig = f.len.saturating_add(added).max(caplen);
-        for (i, w) in [f.sec, f.nsec, caplen, orig].into_iter().enumerate() {
-            buf[rec + 4 * i..rec + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
-        }
         stats.packets += 1;
-        stats.bytes += u64::from(caplen);
+        on(f, stats)?;
     }
+    Ok(())
+}
+
+/// Appends a frame as a pcap record to `buf` (`scratch`: reused room for rebuilt frames).
+fn append(
+    f: &ring::Frame<'_>,
+    output: Output,
+    snaplen: u32,
+    buf: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+    stats: &mut LiveStats,
+) {
+    scratch.clear();
+    let (data, orig) = framed(f, output, snaplen, scratch);
+    let caplen = data.len() as u32;
+    for w in [f.sec, f.nsec, caplen, orig] {
+        buf.extend_from_slice(&w.to_le_bytes());
+    }
+    buf.extend_from_slice(data);
+    stats.bytes += u64::from(caplen);
 }
 
 #[cfg(test)]
@@ -355,7 +465,12 @@ mod tests {
         };
         let mut buf = pcap_header(snaplen, link);
         let mut stats = LiveStats::default();
-        append(&test_block(frames), output, snaplen, max, &mut buf, &mut stats);
+        let mut scratch = Vec::new();
+        each_frame(&test_block(frames), max, &mut stats, &mut |f, st| {
+            append(&f, output, snaplen, &mut buf, &mut scratch, st);
+            Ok(())
+        })
+        .unwrap();
         (buf, stats)
     }
 

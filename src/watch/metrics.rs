@@ -1,0 +1,186 @@
+//! Prometheus metrics (prometheus-client, OpenMetrics text format).
+//!
+//! Label values are bounded: `endpoint` is a server endpoint from the capped
+//! table (or `other`), `kind` one of four, `role` `client` or `server`.
+
+use super::sink::Kind;
+use crate::tcp::Side;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+/// Buckets of `tcpdoctor_stall_seconds`, s: fine around the 40 ms delayed-ACK
+/// minimum and the 200 ms RTO and delayed-ACK maximum, and at the 1 s / 3 s SYN timers.
+pub const STALL_BUCKETS: [f64; 16] =
+    [0.001, 0.005, 0.01, 0.02, 0.03, 0.04, 0.045, 0.05, 0.075, 0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 3.5];
+/// Buckets of `tcpdoctor_exchange_latency_seconds`, s: 100 µs to 10 s, with 40 and 200 ms edges.
+pub const LATENCY_BUCKETS: [f64; 17] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.04, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+/// Labels of a finding counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FindingLabels {
+    /// [`Kind::name`].
+    pub kind: &'static str,
+    /// Server endpoint (`ip:port`, `[v6]:port`) or `other`.
+    pub endpoint: String,
+    /// The side at fault: `client` or `server`.
+    pub role: &'static str,
+}
+
+/// The `kind` label alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// [`Kind::name`].
+    pub kind: &'static str,
+}
+
+/// The `endpoint` label alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabel {
+    /// Server endpoint or `other`.
+    pub endpoint: String,
+}
+
+type FloatCounter = Counter<f64, AtomicU64>;
+
+/// Every metric watch exports, registered in one registry.
+pub struct Metrics {
+    registry: Registry,
+    stalls: Family<FindingLabels, Counter>,
+    lost: Family<FindingLabels, FloatCounter>,
+    stall_seconds: Family<KindLabel, Histogram, fn() -> Histogram>,
+    latency: Family<EndpointLabel, Histogram, fn() -> Histogram>,
+    /// Packets captured (loopback duplicates left out).
+    pub packets: Counter,
+    /// Packets the kernel dropped for want of ring space.
+    pub drops: Counter,
+    /// Connections held now.
+    pub tracked: Gauge,
+    /// Connections finished early to stay under the cap.
+    pub evicted: Counter,
+    /// Connections whose server endpoint was folded into `other`.
+    pub folded: Counter,
+}
+
+/// One endpoint's metric handles, looked up once (a family lookup takes a lock).
+pub struct SlotMetrics {
+    /// `tcpdoctor_exchange_latency_seconds{endpoint}`.
+    pub latency: Histogram,
+    stalls: [[Counter; 2]; 4],
+    lost: [[FloatCounter; 2]; 4],
+    stall_seconds: [Histogram; 4],
+}
+
+impl SlotMetrics {
+    /// Counts a finding of `kind` caused by `role` that cost `ns`.
+    pub fn found(&self, kind: Kind, role: Side, ns: i64) {
+        let s = ns.max(0) as f64 / 1e9;
+        self.stalls[kind.idx()][role.idx()].inc();
+        self.lost[kind.idx()][role.idx()].inc_by(s);
+        self.stall_seconds[kind.idx()].observe(s);
+    }
+}
+
+fn stall_histogram() -> Histogram {
+    Histogram::new(STALL_BUCKETS)
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric (all zero).
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tcpdoctor");
+        let m = Metrics {
+            stalls: Family::default(),
+            lost: Family::default(),
+            stall_seconds: Family::new_with_constructor(stall_histogram as fn() -> Histogram),
+            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            packets: Counter::default(),
+            drops: Counter::default(),
+            tracked: Gauge::default(),
+            evicted: Counter::default(),
+            folded: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "stalls",
+            "Latency findings by kind (nagle_delayed_ack, retransmission_timeout, syn_retransmission, zero_window), server endpoint, and role of the side at fault",
+            m.stalls.clone(),
+        );
+        registry.register_with_unit(
+            "stall",
+            "Time each finding cost (Nagle hold, wait for the re-send, connect, closed window), by kind",
+            Unit::Seconds,
+            m.stall_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "exchange_latency",
+            "Request start to last response byte, per server endpoint",
+            Unit::Seconds,
+            m.latency.clone(),
+        );
+        registry.register_with_unit(
+            "time_lost",
+            "Time the findings cost, by kind, server endpoint and role",
+            Unit::Seconds,
+            m.lost.clone(),
+        );
+        registry.register("capture_packets", "Packets captured (loopback duplicates left out)", m.packets.clone());
+        registry.register("capture_drops", "Packets the kernel dropped (capture ring full)", m.drops.clone());
+        registry.register("tracked_connections", "TCP connections being tracked", m.tracked.clone());
+        registry.register(
+            "evicted_connections",
+            "Connections dropped from tracking to stay under --max-connections",
+            m.evicted.clone(),
+        );
+        registry.register(
+            "folded_connections",
+            "Connections whose server endpoint was counted as endpoint=\"other\" (more than --max-endpoints)",
+            m.folded.clone(),
+        );
+        for k in Kind::ALL {
+            m.stall_seconds.get_or_create_owned(&KindLabel { kind: k.name() });
+        }
+        Metrics { registry, ..m }
+    }
+
+    /// The handles of one endpoint's series, created at zero so a rate over them is defined.
+    pub fn slot(&self, endpoint: &str) -> SlotMetrics {
+        let labels =
+            |k: Kind, r: Side| FindingLabels { kind: k.name(), endpoint: endpoint.to_string(), role: r.name() };
+        let both = |f: &dyn Fn(Side) -> FindingLabels, fam: &Family<FindingLabels, Counter>| {
+            [fam.get_or_create_owned(&f(Side::Client)), fam.get_or_create_owned(&f(Side::Server))]
+        };
+        let both_f = |f: &dyn Fn(Side) -> FindingLabels| {
+            [self.lost.get_or_create_owned(&f(Side::Client)), self.lost.get_or_create_owned(&f(Side::Server))]
+        };
+        SlotMetrics {
+            latency: self.latency.get_or_create_owned(&EndpointLabel { endpoint: endpoint.to_string() }),
+            stalls: Kind::ALL.map(|k| both(&|r| labels(k, r), &self.stalls)),
+            lost: Kind::ALL.map(|k| both_f(&|r| labels(k, r))),
+            stall_seconds: Kind::ALL.map(|k| self.stall_seconds.get_or_create_owned(&KindLabel { kind: k.name() })),
+        }
+    }
+
+    /// The metrics in OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut s = String::with_capacity(16 << 10);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+}

@@ -1,0 +1,184 @@
+//! watch's output: a line per finding and a summary table, as text or as
+//! JSON lines (one object per line, `type` `finding` or `summary`).
+
+use super::sink::{Finding, Kind, Row};
+use crate::report::text::dur;
+use serde_json::json;
+use std::fmt::Write;
+
+/// The facts at the top of a summary.
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    /// When, ns since the epoch.
+    pub ts_ns: i64,
+    /// Seconds the summary covers.
+    pub seconds: f64,
+    /// Packets captured in that time.
+    pub packets: u64,
+    /// Packets the kernel dropped in that time.
+    pub drops: u64,
+    /// Connections tracked now.
+    pub tracked: usize,
+    /// Connections evicted to stay under the cap, since the start.
+    pub evicted: u64,
+    /// Connections whose server was folded into `other`, since the start.
+    pub folded: u64,
+    /// The final summary (the whole run).
+    pub last: bool,
+}
+
+/// `2026-05-01T12:03:04.123Z` (UTC).
+pub fn time(ts_ns: i64) -> String {
+    let secs = ts_ns.div_euclid(1_000_000_000);
+    let ms = ts_ns.rem_euclid(1_000_000_000) / 1_000_000;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// One finding: `TIME SUMMARY` or a JSON line.
+pub fn finding(f: &Finding, json: bool) -> String {
+    if !json {
+        return format!("{} {}\n", time(f.ts_ns), f.summary);
+    }
+    let mut v = serde_json::to_value(f).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("type".into(), json!("finding"));
+        o.insert("time".into(), json!(time(f.ts_ns)));
+        o.remove("ts_ns");
+        o.insert("ts".into(), json!(f.ts_ns as f64 / 1e9));
+    }
+    format!("{v}\n")
+}
+
+fn ms_text(ms: f64) -> String {
+    dur((ms * 1e6) as i64)
+}
+
+/// A summary: the header line, one row per server endpoint, and (final
+/// summary) the verdict sentences; or one JSON line.
+pub fn summary(h: &Header, rows: &[Row], verdict: &[String], json: bool) -> String {
+    if json {
+        let endpoints: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let c = &r.counts;
+                let found: serde_json::Map<String, serde_json::Value> =
+                    Kind::ALL.iter().map(|k| (k.name().to_string(), json!(c.found[k.idx()]))).collect();
+                json!({
+                    "server": r.server,
+                    "software": r.software,
+                    "exchanges": c.exchanges,
+                    "findings": found,
+                    "p50_ms": c.latency.quantile_ms(0.5),
+                    "p99_ms": c.latency.quantile_ms(0.99),
+                    "time_lost_ms": crate::report::ms(c.lost_ns),
+                    "not_shown": c.suppressed,
+                })
+            })
+            .collect();
+        let v = json!({
+            "type": "summary",
+            "final": h.last,
+            "time": time(h.ts_ns),
+            "ts": h.ts_ns as f64 / 1e9,
+            "seconds": (h.seconds * 1e3).round() / 1e3,
+            "packets": h.packets,
+            "kernel_drops": h.drops,
+            "tracked_connections": h.tracked,
+            "evicted_connections": h.evicted,
+            "folded_connections": h.folded,
+            "endpoints": endpoints,
+            "verdict": verdict,
+        });
+        return format!("{v}\n");
+    }
+    let mut s = String::new();
+    if h.last {
+        let _ = writeln!(
+            s,
+            "{} FINAL SUMMARY over {:.1} s: {} packets, {} dropped by the kernel; {} connections evicted (cap), {} folded into other",
+            time(h.ts_ns),
+            h.seconds,
+            h.packets,
+            h.drops,
+            h.evicted,
+            h.folded
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "{} SUMMARY last {:.1} s: {} packets, {} dropped by the kernel; {} connections tracked, {} evicted (cap), {} folded into other",
+            time(h.ts_ns),
+            h.seconds,
+            h.packets,
+            h.drops,
+            h.tracked,
+            h.evicted,
+            h.folded
+        );
+    }
+    if rows.is_empty() {
+        s.push_str("  no exchanges and no findings\n");
+    } else {
+        let _ = writeln!(
+            s,
+            "  {:<28} {:>9} {:>7} {:>5} {:>5} {:>7} {:>9} {:>9} {:>10}",
+            "server", "exchanges", "stalls", "rto", "syn", "zerowin", "p50", "p99", "time lost"
+        );
+        for r in rows {
+            let c = &r.counts;
+            let f = |k: Kind| c.found[k.idx()];
+            let (p50, p99) = if c.exchanges > 0 {
+                (ms_text(c.latency.quantile_ms(0.5)), ms_text(c.latency.quantile_ms(0.99)))
+            } else {
+                ("-".into(), "-".into())
+            };
+            let more = match c.suppressed {
+                0 => String::new(),
+                n => format!("  ({n} more finding lines not shown)"),
+            };
+            let _ = writeln!(
+                s,
+                "  {:<28} {:>9} {:>7} {:>5} {:>5} {:>7} {:>9} {:>9} {:>10}{more}",
+                r.server,
+                c.exchanges,
+                f(Kind::NagleDelayedAck),
+                f(Kind::RetransmissionTimeout),
+                f(Kind::SynRetransmission),
+                f(Kind::ZeroWindow),
+                p50,
+                p99,
+                dur(c.lost_ns)
+            );
+        }
+    }
+    if h.last && !verdict.is_empty() {
+        s.push_str("VERDICT (whole run)\n");
+        for v in verdict {
+            let _ = writeln!(s, "  * {v}");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_rfc3339() {
+        assert_eq!(time(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(time(951_782_400_123_456_789), "2000-02-29T00:00:00.123Z");
+        assert_eq!(time(1_767_225_599_999_000_000), "2025-12-31T23:59:59.999Z");
+    }
+}

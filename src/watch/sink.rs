@@ -1,0 +1,628 @@
+//! The watch [`Sink`]: runs the same detectors as `analyze` on each
+//! connection and turns what they observe into live [`Finding`]s, per
+//! server-endpoint counts for the periodic summary, Prometheus metrics and the
+//! aggregates `analyze`'s verdict sentences are built from.
+//!
+//! Memory is bounded whatever passes: server endpoints beyond
+//! [`Limits::max_endpoints`] share one `other` slot; finding lines are
+//! rate-limited per endpoint, kind and role (the rest are counted); the
+//! verdict aggregates are kept for named endpoints only.
+
+use super::metrics::{Metrics, SlotMetrics};
+use crate::analyze::{FileResult, RTO_NS};
+use crate::detect::{Detectors, Observation};
+use crate::dist::Dist;
+use crate::report::text::dur;
+use crate::tcp::table::Totals;
+use crate::tcp::{ConnInfo, Event, Side, Sink};
+use crate::wire::{Endpoint, Segment};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// What kind of trouble a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A segment held by Nagle until the peer's delayed ACK.
+    NagleDelayedAck,
+    /// Bytes re-sent after a retransmission timeout (≥ 180 ms after the first copy).
+    RetransmissionTimeout,
+    /// A SYN or SYN-ACK sent more than once (a 1 s / 3 s connect).
+    SynRetransmission,
+    /// A receiver closed its window; its peer had to wait.
+    ZeroWindow,
+}
+
+impl Kind {
+    /// Every kind, in the order of [`Kind::idx`].
+    pub const ALL: [Kind; 4] =
+        [Kind::NagleDelayedAck, Kind::RetransmissionTimeout, Kind::SynRetransmission, Kind::ZeroWindow];
+
+    /// The name used in JSON and in metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::NagleDelayedAck => "nagle_delayed_ack",
+            Kind::RetransmissionTimeout => "retransmission_timeout",
+            Kind::SynRetransmission => "syn_retransmission",
+            Kind::ZeroWindow => "zero_window",
+        }
+    }
+
+    /// Index for per-kind arrays.
+    pub fn idx(self) -> usize {
+        self as usize
+    }
+}
+
+/// One finding, as it happens.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Finding {
+    /// When the finding became certain (the held segment, the re-send, the answer…), ns since the epoch.
+    pub ts_ns: i64,
+    /// What it is.
+    pub kind: Kind,
+    /// The connection's server endpoint.
+    pub server: String,
+    /// The connection's client endpoint.
+    pub client: String,
+    /// The side at fault: Nagle's, the re-sender's, the SYN's sender's, the one that closed its window.
+    pub role: &'static str,
+    /// Time it cost, ms: the stall, the wait for the re-send, the connect, the closed window.
+    pub ms: f64,
+    /// Nagle only: the late ACK came this long after the small segment, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ack_delay_ms: Option<f64>,
+    /// Nagle only: which ACK timer that delay looks like.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ack_timer: Option<String>,
+    /// The finding in words.
+    pub summary: String,
+}
+
+/// Bounds on what the sink keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Server endpoints counted by name; connections to more share the `other` slot.
+    pub max_endpoints: usize,
+    /// Finding lines per endpoint, kind and role in one summary interval; more are counted, not printed.
+    pub lines_per_interval: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_endpoints: 256, lines_per_interval: 5 }
+    }
+}
+
+/// Per-connection state: the detectors and the connection's server slot.
+#[derive(Debug, Default)]
+pub struct ConnState {
+    det: Detectors,
+    slot: Option<u32>,
+    /// Re-sends seen on this connection.
+    retrans: u32,
+    /// Server-held Nagle stalls on this connection.
+    server_stalls: u32,
+}
+
+/// Counts over one interval (or the whole run).
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    /// Completed exchanges.
+    pub exchanges: u64,
+    /// Findings by [`Kind::idx`].
+    pub found: [u64; 4],
+    /// Time the findings cost, ns.
+    pub lost_ns: i64,
+    /// Finding lines not printed (over the rate limit).
+    pub suppressed: u64,
+    /// Exchange latency (request start → last response byte).
+    pub latency: Dist,
+}
+
+impl Counts {
+    fn active(&self) -> bool {
+        self.exchanges > 0 || self.found.iter().any(|&n| n > 0)
+    }
+}
+
+/// One server endpoint (or `other`).
+struct Slot {
+    label: String,
+    /// `None` for the `other` slot.
+    ep: Option<Endpoint>,
+    win: Counts,
+    all: Counts,
+    /// Lines printed this interval, by kind and role.
+    printed: [[u32; 2]; 4],
+    m: Option<SlotMetrics>,
+}
+
+/// One row of a summary.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Server endpoint, or `other`.
+    pub server: String,
+    /// HTTP `Server:` header, if one was seen.
+    pub software: Option<String>,
+    /// The counts.
+    pub counts: Counts,
+}
+
+/// The watch sink. Feed it through a [`crate::tcp::Tracker`].
+pub struct WatchSink {
+    limits: Limits,
+    slots: Vec<Slot>,
+    slot_of: FxHashMap<Endpoint, u32>,
+    /// Connections whose server went to the `other` slot because the table was full.
+    pub folded: u64,
+    pending: VecDeque<Finding>,
+    /// What `analyze`'s verdict is built from, for named endpoints.
+    agg: FileResult,
+    metrics: Option<Arc<Metrics>>,
+}
+
+/// Index of the `other` slot.
+const OTHER: u32 = 0;
+
+impl WatchSink {
+    /// A sink with these bounds, updating `metrics` if given.
+    pub fn new(limits: Limits, metrics: Option<Arc<Metrics>>) -> WatchSink {
+        let mut s = WatchSink {
+            limits: Limits { max_endpoints: limits.max_endpoints.max(1), ..limits },
+            slots: Vec::new(),
+            slot_of: FxHashMap::default(),
+            folded: 0,
+            pending: VecDeque::new(),
+            agg: FileResult::default(),
+            metrics,
+        };
+        s.push_slot("other".into(), None);
+        s
+    }
+
+    fn push_slot(&mut self, label: String, ep: Option<Endpoint>) -> u32 {
+        let m = self.metrics.as_ref().map(|m| m.slot(&label));
+        self.slots.push(Slot { label, ep, win: Counts::default(), all: Counts::default(), printed: [[0; 2]; 4], m });
+        (self.slots.len() - 1) as u32
+    }
+
+    fn slot_for(&mut self, server: Endpoint) -> u32 {
+        if let Some(&i) = self.slot_of.get(&server) {
+            return i;
+        }
+        if self.slot_of.len() >= self.limits.max_endpoints {
+            self.folded += 1;
+            if let Some(m) = &self.metrics {
+                m.folded.inc();
+            }
+            return OTHER;
+        }
+        let i = self.push_slot(server.to_string(), Some(server));
+        self.slot_of.insert(server, i);
+        i
+    }
+
+    /// Findings printed since the last call, oldest first.
+    pub fn take_findings(&mut self) -> impl Iterator<Item = Finding> + '_ {
+        self.pending.drain(..)
+    }
+
+    /// Server endpoints tracked by name (not counting `other`).
+    pub fn endpoints(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    /// The interval's rows (active endpoints only, `other` last), and starts a new interval.
+    pub fn interval(&mut self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for s in &mut self.slots {
+            let c = std::mem::take(&mut s.win);
+            s.printed = [[0; 2]; 4];
+            if c.active() || c.suppressed > 0 {
+                rows.push(Row { server: s.label.clone(), software: None, counts: c });
+            }
+        }
+        self.name_software(&mut rows);
+        order(&mut rows);
+        rows
+    }
+
+    /// The whole run's rows (active endpoints only, `other` last).
+    pub fn totals(&self) -> Vec<Row> {
+        let mut rows: Vec<Row> = self
+            .slots
+            .iter()
+            .filter(|s| s.all.active())
+            .map(|s| Row { server: s.label.clone(), software: None, counts: s.all.clone() })
+            .collect();
+        self.name_software(&mut rows);
+        order(&mut rows);
+        rows
+    }
+
+    fn name_software(&self, rows: &mut [Row]) {
+        for r in rows {
+            let ep = self.slots.iter().find(|s| s.label == r.server).and_then(|s| s.ep);
+            r.software = ep.and_then(|e| self.agg.servers.get(&e)).and_then(|a| a.software.clone());
+        }
+    }
+
+    /// `analyze`'s verdict sentences over the whole run (named endpoints).
+    pub fn verdict(self) -> Vec<String> {
+        let r = crate::verdict::build(self.agg, Vec::new());
+        r.findings.iter().map(|f| f.summary().to_string()).collect()
+    }
+
+    fn observe(&mut self, info: &ConnInfo, c: &mut (u32, u32), slot: u32, o: Observation) {
+        let named = self.slots[slot as usize].ep.is_some();
+        let (kind, from, ns) = match o {
+            Observation::Exchange(x) => {
+                let t = x.times(info.rtt_to(Side::Client), info.rtt_to(Side::Server));
+                let s = &mut self.slots[slot as usize];
+                for c in [&mut s.win, &mut s.all] {
+                    c.exchanges += 1;
+                    c.latency.record(t.total);
+                }
+                if let Some(m) = &s.m {
+                    m.latency.observe(t.total.max(0) as f64 / 1e9);
+                }
+                if named {
+                    self.agg.servers.entry(info.server).or_default().add_exchange(&t, &x);
+                }
+                return;
+            }
+            Observation::Stall(s) => {
+                // Client endpoints come and go with their ports: only servers are kept by name.
+                if named && s.nagle == Side::Server {
+                    c.1 += 1;
+                    self.agg.nagle.entry(info.server).or_default().add(info.client.ip, &s);
+                }
+                (Kind::NagleDelayedAck, s.nagle, s.stall_ns)
+            }
+            Observation::Retransmission { from, spurious, frame, since_ns } => {
+                c.0 += 1;
+                if named {
+                    let a = self.agg.retrans.entry((info.server, from)).or_default();
+                    a.add_retrans(spurious, frame, since_ns, c.0 == 1);
+                }
+                if spurious || since_ns < RTO_NS {
+                    return; // fast retransmits and lost ACKs are not timeouts
+                }
+                (Kind::RetransmissionTimeout, from, since_ns)
+            }
+            Observation::SynRetry { from, retries, delay_ns, answered, frames } => {
+                if named {
+                    self.agg.syn.entry((info.server, from)).or_default().add_syn(retries, delay_ns, answered, frames);
+                }
+                (Kind::SynRetransmission, from, delay_ns)
+            }
+            Observation::ZeroWindow { from, duration_ns, frames } => {
+                if named {
+                    self.agg.zero.entry((info.server, from)).or_default().add_zero(duration_ns, frames);
+                }
+                (Kind::ZeroWindow, from, duration_ns)
+            }
+        };
+        let ns = ns.max(0);
+        let s = &mut self.slots[slot as usize];
+        for c in [&mut s.win, &mut s.all] {
+            c.found[kind.idx()] += 1;
+            c.lost_ns = c.lost_ns.saturating_add(ns);
+        }
+        if let Some(m) = &s.m {
+            m.found(kind, from, ns);
+        }
+        let printed = &mut s.printed[kind.idx()][from.idx()];
+        if *printed >= self.limits.lines_per_interval {
+            s.win.suppressed += 1;
+            s.all.suppressed += 1;
+            return;
+        }
+        *printed += 1;
+        let f = finding(info, kind, from, ns, o);
+        self.pending.push_back(f);
+    }
+}
+
+/// Busiest first, `other` last.
+fn order(rows: &mut [Row]) {
+    rows.sort_by(|a, b| {
+        (a.server == "other")
+            .cmp(&(b.server == "other"))
+            .then(b.counts.lost_ns.cmp(&a.counts.lost_ns))
+            .then(b.counts.exchanges.cmp(&a.counts.exchanges))
+            .then(a.server.cmp(&b.server))
+    });
+}
+
+/// The finding's sentence: who did what, for how long.
+fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> Finding {
+    let (client, server) = (info.client.to_string(), info.server.to_string());
+    let who = |side: Side| match side {
+        Side::Server => format!("the server {server}"),
+        Side::Client => format!("the client {client}"),
+    };
+    let mut ack_delay_ms = None;
+    let mut ack_timer = None;
+    let summary = match o {
+        Observation::Stall(s) => {
+            let what = if s.nagle == Side::Server { "a response" } else { "a request" };
+            let timer = crate::verdict::ack_timer(crate::report::ms(s.ack_delay_ns));
+            let peer = info.endpoint(s.nagle.other()).ip;
+            let text = format!(
+                "Nagle + delayed ACK: {} held part of {what} {} until the {} {peer} sent a delayed ACK ({timer}); fix: TCP_NODELAY on {}",
+                who(s.nagle),
+                dur(ns),
+                s.nagle.other().name(),
+                info.endpoint(s.nagle),
+            );
+            ack_delay_ms = Some(crate::report::ms(s.ack_delay_ns));
+            ack_timer = Some(timer);
+            text
+        }
+        Observation::Retransmission { .. } => format!(
+            "Retransmission timeout: {} re-sent bytes {} after the first copy (to the {} {}); loss, not Nagle",
+            who(from),
+            dur(ns),
+            from.other().name(),
+            info.endpoint(from.other()),
+        ),
+        Observation::SynRetry { retries, answered, .. } => {
+            let what = if from == Side::Client { "SYN" } else { "SYN-ACK" };
+            let end = if answered { "connecting took" } else { "never answered, given up after" };
+            format!(
+                "Slow connect: {} sent its {what} {} times ({client} → {server}); {end} {} (the 1 s SYN timer: a dropped SYN, full accept queue or firewall)",
+                who(from),
+                retries + 1,
+                dur(ns)
+            )
+        }
+        Observation::ZeroWindow { .. } => format!(
+            "Zero window: {} closed its receive window for {}; the {} had to wait (the {} application is not reading fast enough)",
+            who(from),
+            dur(ns),
+            from.other().name(),
+            from.name(),
+        ),
+        Observation::Exchange(_) => String::new(),
+    };
+    Finding {
+        ts_ns: 0,
+        kind,
+        server,
+        client,
+        role: from.name(),
+        ms: crate::report::ms(ns),
+        ack_delay_ms,
+        ack_timer,
+        summary,
+    }
+}
+
+/// Boxed, so the tracker's table holds a pointer per connection, not the
+/// detectors' ~500 bytes: a table sized for the connection cap stays small
+/// while few connections are open.
+impl Sink<Box<ConnState>> for WatchSink {
+    fn event(&mut self, info: &ConnInfo, st: &mut Box<ConnState>, ev: &Event, seg: &Segment<'_>) {
+        let slot = match st.slot {
+            Some(s) => s,
+            None => *st.slot.insert(self.slot_for(info.server)),
+        };
+        let ConnState { det, retrans, server_stalls, .. } = &mut **st;
+        let mut c = (*retrans, *server_stalls);
+        let start = self.pending.len();
+        det.step(info, ev, seg.payload, &mut |o| self.observe(info, &mut c, slot, o));
+        (*retrans, *server_stalls) = c;
+        for f in self.pending.range_mut(start..) {
+            f.ts_ns = ev.ts_ns;
+        }
+        if let Some(sw) = det.server_software.take()
+            && let Some(ep) = self.slots[slot as usize].ep
+        {
+            let a = self.agg.servers.entry(ep).or_default();
+            if a.software.is_none() {
+                a.software = Some(sw);
+            }
+        }
+    }
+
+    fn close(&mut self, info: &ConnInfo, mut st: Box<ConnState>, totals: &Totals) {
+        let slot = match st.slot {
+            Some(s) => s,
+            None => self.slot_for(info.server),
+        };
+        let mut c = (st.retrans, st.server_stalls);
+        let start = self.pending.len();
+        st.det.finish(totals.last_ts, &mut |o| self.observe(info, &mut c, slot, o));
+        for f in self.pending.range_mut(start..) {
+            f.ts_ns = totals.last_ts;
+        }
+        if c.1 > 0
+            && let Some(a) = self.agg.nagle.get_mut(&info.server)
+        {
+            a.connections += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::build::{MS, Seq, US, info};
+    use crate::tcp::Side::{Client, Server};
+    use crate::wire::{Flags, TcpOptions};
+
+    fn seg() -> Segment<'static> {
+        let e = Endpoint { ip: [127, 0, 0, 1].into(), port: 1 };
+        Segment {
+            frame: 0,
+            ts_ns: 0,
+            src: e,
+            dst: e,
+            seq: 0,
+            ack: 0,
+            flags: Flags(0),
+            window: 0,
+            len: 0,
+            options: TcpOptions::default(),
+            payload: &[],
+        }
+    }
+
+    /// Feeds a whole connection (events, then its end) to the sink.
+    fn feed(sink: &mut WatchSink, info: &ConnInfo, s: &Seq) {
+        let mut st = Box::<ConnState>::default();
+        for e in &s.events {
+            sink.event(info, &mut st, e, &seg());
+        }
+        let last_ts = s.events.last().map_or(0, |e| e.ts_ns);
+        sink.close(info, st, &Totals { last_ts, ..Totals::default() });
+    }
+
+    /// `n` keep-alive exchanges whose responses are held ~44 ms by the server's Nagle, starting at `t0`.
+    fn stalling(n: i64, t0: i64) -> Seq {
+        let mut s = Seq::new();
+        for i in 0..n {
+            let t = t0 + i * 50 * MS;
+            s.data(t, Client, 80);
+            s.data(t + 30 * US, Server, 120);
+            s.ack(t + 44 * MS, Client);
+            s.data(t + 44 * MS + 15 * US, Server, 600);
+        }
+        s
+    }
+
+    fn server(port: u16) -> ConnInfo {
+        let mut i = info(20 * US, 0);
+        i.server.port = port;
+        i
+    }
+
+    #[test]
+    fn a_nagle_stall_is_a_finding_with_both_sides_named() {
+        let mut sink = WatchSink::new(Limits::default(), None);
+        feed(&mut sink, &server(8080), &stalling(1, 0));
+        let f: Vec<Finding> = sink.take_findings().collect();
+        assert_eq!(f.len(), 1);
+        assert_eq!((f[0].kind, f[0].role, f[0].server.as_str()), (Kind::NagleDelayedAck, "server", "127.0.0.1:8080"));
+        assert!((f[0].ms - 43.985).abs() < 0.01, "{}", f[0].ms);
+        assert_eq!(f[0].ts_ns, 44 * MS + 15 * US, "stamped with the held segment");
+        assert!(f[0].summary.contains("the server 127.0.0.1:8080 held part of a response 44.0 ms"), "{}", f[0].summary);
+        assert!(f[0].summary.contains("until the client 127.0.0.1 sent a delayed ACK (Linux delayed ACK"));
+        assert_eq!(f[0].ack_timer.as_deref(), Some("Linux delayed ACK, 40 ms minimum (HZ/25)"));
+        let rows = sink.interval();
+        assert_eq!(rows.len(), 1);
+        let c = &rows[0].counts;
+        assert_eq!((c.exchanges, c.found, c.suppressed), (1, [1, 0, 0, 0], 0));
+        assert!((c.latency.quantile_ms(0.5) - 44.0).abs() < 0.5);
+        assert!(sink.interval().is_empty(), "a new interval starts empty");
+        assert_eq!(sink.totals()[0].counts.found, [1, 0, 0, 0], "the whole run keeps it");
+        let v = sink.verdict();
+        assert_eq!(v.len(), 1);
+        assert!(v[0].starts_with("Nagle + delayed ACK: 1 of 1 responses from 127.0.0.1:8080 (server)"), "{v:?}");
+    }
+
+    #[test]
+    fn lines_are_rate_limited_per_interval_and_the_rest_counted() {
+        let mut sink = WatchSink::new(Limits { max_endpoints: 10, lines_per_interval: 3 }, None);
+        feed(&mut sink, &server(8080), &stalling(20, 0));
+        assert_eq!(sink.take_findings().count(), 3);
+        let rows = sink.interval();
+        assert_eq!((rows[0].counts.found[0], rows[0].counts.suppressed), (20, 17));
+        feed(&mut sink, &server(8080), &stalling(2, 10_000 * MS));
+        assert_eq!(sink.take_findings().count(), 2, "a new interval prints again");
+        assert_eq!(sink.totals()[0].counts.suppressed, 17);
+        let mut none = WatchSink::new(Limits { max_endpoints: 10, lines_per_interval: 0 }, None);
+        feed(&mut none, &server(8080), &stalling(2, 0));
+        assert_eq!(none.take_findings().count(), 0, "0 lines: summaries only");
+    }
+
+    #[test]
+    fn endpoints_beyond_the_cap_fold_into_other() {
+        let mut sink = WatchSink::new(Limits { max_endpoints: 2, lines_per_interval: 5 }, None);
+        for port in [8080, 8081, 8082, 8083, 8080] {
+            feed(&mut sink, &server(port), &stalling(1, 0));
+        }
+        assert_eq!((sink.endpoints(), sink.folded), (2, 2));
+        let rows = sink.interval();
+        let names: Vec<&str> = rows.iter().map(|r| r.server.as_str()).collect();
+        assert_eq!(names, ["127.0.0.1:8080", "127.0.0.1:8081", "other"]);
+        assert_eq!(rows[0].counts.exchanges, 2);
+        assert_eq!(rows[2].counts.found[0], 2);
+        let f: Vec<Finding> = sink.take_findings().collect();
+        assert_eq!(f.len(), 5, "findings on folded endpoints still name their real server");
+        assert_eq!(f[2].server, "127.0.0.1:8082");
+        assert_eq!(sink.verdict().len(), 2, "the verdict covers named endpoints only");
+    }
+
+    #[test]
+    fn a_retransmission_timeout_is_a_finding_a_fast_retransmit_is_not() {
+        let mut sink = WatchSink::new(Limits::default(), None);
+        let mut s = Seq::new();
+        s.data(0, Client, 80);
+        s.data(30 * US, Server, 1000);
+        s.resend(5 * MS, Server, 1000, 5 * MS);
+        s.data(10 * MS, Server, 1000);
+        s.resend(220 * MS, Server, 1000, 210 * MS);
+        feed(&mut sink, &server(8080), &s);
+        let f: Vec<Finding> = sink.take_findings().collect();
+        assert_eq!(f.len(), 1);
+        assert_eq!((f[0].kind, f[0].role), (Kind::RetransmissionTimeout, "server"));
+        assert!(
+            f[0].summary.starts_with("Retransmission timeout: the server 127.0.0.1:8080 re-sent bytes 210.0 ms"),
+            "{}",
+            f[0].summary
+        );
+        assert_eq!(sink.interval()[0].counts.found, [0, 1, 0, 0]);
+        let v = sink.verdict();
+        assert!(v[0].starts_with("Retransmission: 2 segments re-sent"), "both in the verdict: {v:?}");
+    }
+
+    #[test]
+    fn syn_retries_and_zero_windows_are_findings() {
+        let mut sink = WatchSink::new(Limits::default(), None);
+        let mut s = Seq::new();
+        s.syn(0, Client, false);
+        s.syn(1000 * MS, Client, true);
+        s.syn(1000 * MS + 50 * US, Server, false);
+        s.ack(1000 * MS + 60 * US, Client);
+        s.data(1001 * MS, Client, 80);
+        s.data(1002 * MS, Server, 1000);
+        s.ack_window(1003 * MS, Client, 0);
+        s.ack_window(1303 * MS, Client, 65535);
+        feed(&mut sink, &server(8080), &s);
+        let f: Vec<Finding> = sink.take_findings().collect();
+        let kinds: Vec<(Kind, &str)> = f.iter().map(|f| (f.kind, f.role)).collect();
+        assert_eq!(kinds, [(Kind::SynRetransmission, "client"), (Kind::ZeroWindow, "client")]);
+        assert!(f[0].summary.contains("sent its SYN 2 times"), "{}", f[0].summary);
+        assert!((f[1].ms - 300.0).abs() < 0.01);
+        // Unanswered SYNs are reported when the connection is finished.
+        let mut s = Seq::new();
+        s.syn(0, Client, false);
+        s.syn(1000 * MS, Client, true);
+        s.syn(3000 * MS, Client, true);
+        feed(&mut sink, &server(9090), &s);
+        let f: Vec<Finding> = sink.take_findings().collect();
+        assert_eq!(f.len(), 1);
+        assert!(f[0].summary.contains("never answered, given up after 3.00 s"), "{}", f[0].summary);
+        assert_eq!(f[0].ts_ns, 3000 * MS);
+    }
+
+    #[test]
+    fn metrics_count_per_endpoint_and_role() {
+        let m = Arc::new(Metrics::new());
+        let mut sink = WatchSink::new(Limits::default(), Some(m.clone()));
+        feed(&mut sink, &server(8080), &stalling(3, 0));
+        feed(&mut sink, &server(8081), &Seq::new());
+        let text = m.encode();
+        let line = |l: &str| text.lines().any(|x| x == l);
+        assert!(line(r#"tcpdoctor_stalls_total{kind="nagle_delayed_ack",endpoint="127.0.0.1:8080",role="server"} 3"#));
+        assert!(line(r#"tcpdoctor_stalls_total{kind="nagle_delayed_ack",endpoint="127.0.0.1:8080",role="client"} 0"#));
+        assert!(line(r#"tcpdoctor_stalls_total{kind="nagle_delayed_ack",endpoint="127.0.0.1:8081",role="server"} 0"#));
+        assert!(line(r#"tcpdoctor_exchange_latency_seconds_count{endpoint="127.0.0.1:8080"} 3"#), "{text}");
+        assert!(line(r#"tcpdoctor_stall_seconds_bucket{le="0.04",kind="nagle_delayed_ack"} 0"#), "{text}");
+        assert!(line(r#"tcpdoctor_stall_seconds_bucket{le="0.045",kind="nagle_delayed_ack"} 3"#), "{text}");
+    }
+}
