@@ -25,36 +25,11 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
 TD="$ROOT/target/release/tcpdoctor"
 
-PORT=""
-for p in $(seq 18280 18380); do
-    if ! ss -Htln "sport = :$p" | grep -q .; then PORT=$p; break; fi
-done
-[ -n "$PORT" ] || { echo "no free port in 18280-18380" >&2; exit 1; }
+. "$ROOT/bench/lib.sh"
+PORT=$(free_port 18280)
 
 WORK=$(mktemp -d /tmp/tcpdoctor-bench-wrk.XXXXXX)
-mkdir -p "$WORK/logs"
-cat > "$WORK/nginx.conf" <<EOF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/logs/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    keepalive_timeout 65;
-    keepalive_requests 1000000;
-    client_body_temp_path $WORK/body;
-    proxy_temp_path $WORK/proxy;
-    fastcgi_temp_path $WORK/fastcgi;
-    uwsgi_temp_path $WORK/uwsgi;
-    scgi_temp_path $WORK/scgi;
-    server {
-        listen 127.0.0.1:$PORT;
-        location / { return 200 "hello"; }
-    }
-}
-EOF
+nginx_conf "$WORK" "$PORT" off ""
 NGINX_PID=""
 cleanup() {
     [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null && wait "$NGINX_PID" 2>/dev/null

@@ -22,38 +22,12 @@ done
 mkdir -p "$(dirname "$OUT")"
 OUT=$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")
 
-# A free port on 127.0.0.1.
-PORT=""
-for p in $(seq 18080 18180); do
-    if ! ss -Htln "sport = :$p" | grep -q .; then PORT=$p; break; fi
-done
-[ -n "$PORT" ] || { echo "no free port in 18080-18180" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+PORT=$(free_port 18080)
 
 WORK=$(mktemp -d /tmp/tcpdoctor-bench-nginx.XXXXXX)
-mkdir -p "$WORK/logs" "$WORK/tmp"
+nginx_conf "$WORK" "$PORT" on ""
 CONF="$WORK/nginx.conf"
-cat > "$CONF" <<EOF
-daemon off;
-master_process on;
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/logs/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    keepalive_timeout 65;
-    keepalive_requests 1000000;
-    client_body_temp_path $WORK/tmp/body;
-    proxy_temp_path $WORK/tmp/proxy;
-    fastcgi_temp_path $WORK/tmp/fastcgi;
-    uwsgi_temp_path $WORK/tmp/uwsgi;
-    scgi_temp_path $WORK/tmp/scgi;
-    server {
-        listen 127.0.0.1:$PORT;
-        location / { return 200 "hello"; }
-    }
-}
-EOF
 
 NGINX_PID=""; TCPDUMP_PID=""; WRK_PID=""
 cleanup() {

@@ -33,40 +33,12 @@ cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" --example watch
 TD="$ROOT/target/release/tcpdoctor"
 if command -v wrk >/dev/null; then LOAD="wrk"; else LOAD="tcpdoctor bench"; fi
 
-free_port() {
-    for p in $(seq "$1" "$(($1 + 100))"); do
-        if ! ss -Htln "sport = :$p" | grep -q .; then echo "$p"; return; fi
-    done
-    echo "no free port from $1" >&2; exit 1
-}
+. "$ROOT/bench/lib.sh"
 PORT=$(free_port 18480)
 MPORT=$(free_port 19480)
 
 WORK=$(mktemp -d /tmp/tcpdoctor-bench-watch.XXXXXX)
-mkdir -p "$WORK/logs"
-cat > "$WORK/nginx.conf" <<EOF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/logs/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    tcp_nodelay on;
-    keepalive_timeout 65;
-    keepalive_requests 1000000;
-    client_body_temp_path $WORK/body;
-    proxy_temp_path $WORK/proxy;
-    fastcgi_temp_path $WORK/fastcgi;
-    uwsgi_temp_path $WORK/uwsgi;
-    scgi_temp_path $WORK/scgi;
-    server {
-        listen 127.0.0.1:$PORT;
-        location / { return 200 "hello"; }
-    }
-}
-EOF
+nginx_conf "$WORK" "$PORT" off "tcp_nodelay on;"
 NGINX_PID=""
 cleanup() {
     [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null && wait "$NGINX_PID" 2>/dev/null

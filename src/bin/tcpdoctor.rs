@@ -936,14 +936,18 @@ fn run_demo(json: bool) -> ExitCode {
     }
 }
 
+/// A filter given as words after the interface (`capture`, `watch`); none when there are none.
+fn filter_words(words: &[String]) -> Result<Option<Filter>, ExitCode> {
+    if words.is_empty() {
+        return Ok(None);
+    }
+    Filter::parse(&words.join(" ")).map(Some).map_err(|e| fail(exit::USAGE, format!("filter: {e}")))
+}
+
 fn run_capture(a: CaptureArgs) -> ExitCode {
-    let filter = if a.filter.is_empty() {
-        None
-    } else {
-        match Filter::parse(&a.filter.join(" ")) {
-            Ok(f) => Some(f),
-            Err(e) => return fail(exit::USAGE, format!("filter: {e}")),
-        }
+    let filter = match filter_words(&a.filter) {
+        Ok(f) => f,
+        Err(code) => return code,
     };
     let o = LiveOptions { iface: a.iface.clone(), filter, snaplen: a.snaplen };
     let mut cap = match LiveCapture::open(&o) {
@@ -981,13 +985,9 @@ const WATCH_SNAPLEN: u32 = 2048;
 
 fn run_watch(a: WatchArgs) -> ExitCode {
     use tcpdoctor::watch::{self, Limits, Metrics, MetricsServer};
-    let filter = if a.filter.is_empty() {
-        None
-    } else {
-        match Filter::parse(&a.filter.join(" ")) {
-            Ok(f) => Some(f),
-            Err(e) => return fail(exit::USAGE, format!("filter: {e}")),
-        }
+    let filter = match filter_words(&a.filter) {
+        Ok(f) => f,
+        Err(code) => return code,
     };
     let metrics_addr = match a.metrics.as_deref().map(|m| (m, m.parse::<std::net::SocketAddr>())) {
         None => None,
