@@ -449,7 +449,7 @@ raise it (`ulimit -n {need}`) or use fewer connections",
 }
 
 /// Runs a benchmark. `progress` is called about once a second with
-/// (elapsed, requests so far, errors unknown = 0) for a progress line.
+/// (elapsed, requests so far) for a progress bar.
 pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<BenchReport, BenchError> {
     let cfg = Config::new(o)?;
     ensure_fd_limit(cfg.connections)?;

@@ -57,7 +57,10 @@ pub fn histogram(series: &[Series<'_>], marks: &[(String, f64)]) -> Markup {
     let total = |h: &Histogram| h.bins.iter().map(|b| b.count).sum::<u64>().max(1) as f64;
     let top = series
         .iter()
-        .flat_map(|s| s.hist.bins.iter().map(move |b| b.count as f64 / total(s.hist)))
+        .flat_map(|s| {
+            let n = total(s.hist);
+            s.hist.bins.iter().map(move |b| b.count as f64 / n)
+        })
         .fold(0.0, f64::max)
         .max(1e-9);
     let y = |share: f64| H - BOTTOM - share / top * (H - TOP - BOTTOM);
