@@ -9,7 +9,7 @@ use common::{Proc, free_port, javac, jdk, lab, port_of, tmpdir, url_of, wait_lis
 use serde_json::Value;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -229,12 +229,16 @@ fn python_http_server_with_http11_stalls() {
     let c = Command::new("timeout")
         .args(["120", "python3", "-c", code, &port.to_string()])
         .arg(&dir)
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
         .spawn()
         .unwrap();
     let mut p = Proc(c);
     wait_listening(port, &mut p);
     let (code, v) = diagnose(&format!("http://127.0.0.1:{port}/index.html"), &[]);
+    if cause(&v) == "unreachable" {
+        let log = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+        panic!("the server stopped answering (exit status {:?}); its stderr:\n{log}", p.0.try_wait());
+    }
     assert_nagle(code, &v, port);
     assert!(v["server_header"].as_str().unwrap().contains("Python"));
     assert!(fixes(&v).lines().next().unwrap().contains("disable_nagle_algorithm = True"), "{}", fixes(&v));

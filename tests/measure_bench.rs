@@ -5,34 +5,16 @@
 mod common;
 
 use serde_json::Value;
-use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A server process, killed by PID when dropped.
+use common::{Proc, free_port, wait_listening};
+
+/// A server process, stopped by PID when dropped.
 struct Server {
-    child: Child,
+    p: Proc,
     port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn wait_listening(port: u16) {
-    let until = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "server on port {port} did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Starts a lab script (tests/data/lab) with its arguments; the port is added.
@@ -45,8 +27,9 @@ fn lab(script: &str, args: &[&str]) -> Server {
         .stdout(Stdio::null())
         .spawn()
         .expect("python3");
-    wait_listening(port);
-    Server { child, port }
+    let mut p = Proc(child);
+    wait_listening(port, &mut p);
+    Server { p, port }
 }
 
 /// Runs `tcpdoctor bench ARGS --json URL`; returns the report and the wall time.
@@ -190,7 +173,7 @@ fn no_keepalive_opens_a_connection_per_request() {
 #[test]
 fn server_killed_during_the_run() {
     let mut s = lab("wwr_server.py", &["--mode", "single", "--nodelay"]);
-    let pid = s.child.id();
+    let pid = s.p.0.id();
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(700));
         // By PID: the server this test started.
@@ -198,7 +181,7 @@ fn server_killed_during_the_run() {
     });
     let (r, took) = bench(s.port, &["-t1", "-c4", "-d2s", "--timeout", "1s"]);
     killer.join().unwrap();
-    let _ = s.child.wait();
+    let _ = s.p.0.wait();
     assert!(f(&r, "requests") > 10.0, "{r:#}");
     assert!(f(&r, "errors.connect") + f(&r, "errors.read") > 0.0, "{r:#}");
     assert!(took < Duration::from_secs(3) + Duration::from_millis(500), "took {took:?}");
@@ -232,8 +215,8 @@ server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"hello\"; }} locati
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let s = Server { child, port };
-    wait_listening(port);
+    let mut s = Server { p: Proc(child), port };
+    wait_listening(port, &mut s.p);
     let (r, _) = bench(s.port, &["-t2", "-c10", "-d1s", "--latency"]);
     assert!(f(&r, "requests") > 1000.0, "{r:#}");
     assert_eq!(f(&r, "errors.connect") + f(&r, "errors.read") + f(&r, "errors.malformed"), 0.0, "{r:#}");

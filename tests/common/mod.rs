@@ -230,6 +230,10 @@ impl Drop for Proc {
     /// SIGTERM first, so a process that owns others (lab's nginx) can stop
     /// them; SIGKILL if it is still there after 3 s.
     fn drop(&mut self) {
+        // Once reaped, the PID may belong to someone else: leave it alone.
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
         // SAFETY: kill(2) on the PID of the child this test started, not yet reaped.
         unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
         let until = Instant::now() + Duration::from_secs(3);
@@ -254,14 +258,43 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// Waits (at most 30 s) until something accepts on 127.0.0.1:`port`; fails if `p` exits first.
+/// Waits (at most 30 s) until `p` or one of its descendants listens on TCP
+/// `port`; fails if `p` exits first or another process holds the port. It
+/// looks at /proc instead of connecting: a probing connect() can meet a
+/// stranger's listener, or connect to itself, and be taken for the server.
 pub fn wait_listening(port: u16, p: &mut Proc) {
     let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+    let me = p.0.id();
+    loop {
         assert!(p.0.try_wait().unwrap().is_none(), "server exited before listening on {port}");
+        match tcpdoctor::inspect::find_listener(port) {
+            Ok(Some(pid)) if descends_from(pid, me) => return,
+            Ok(Some(pid)) => panic!("port {port} is held by PID {pid}, not by the server (PID {me})"),
+            Ok(None) => {}
+            // Without /proc access to the holder, a connect is the only test left.
+            Err(_) if TcpStream::connect(("127.0.0.1", port)).is_ok() => return,
+            Err(_) => {}
+        }
         assert!(t.elapsed() < Duration::from_secs(30), "nothing listens on {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Whether `pid` is `ancestor` or a descendant of it.
+fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+    for _ in 0..64 {
+        if pid == ancestor {
+            return true;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The parent is the second field after the command name, which may hold spaces.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
+        match ppid {
+            Some(pp) if pp != 0 => pid = pp,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// A fresh directory under the system temp dir, named for this test binary and `name`.
