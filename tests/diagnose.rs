@@ -109,6 +109,21 @@ fn lab_servers_nagle_control_and_think_decoy() {
     // Two independent experiments agree at least.
     assert!(v["verdict"]["evidence"].as_array().unwrap().len() >= 2, "{v:#}");
 
+    // The text: a line per step in the method's order, then the verdict, evidence and fix.
+    let out = bin().args(["diagnose", nagle]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let mut want = vec!["[1/6] TCP round trip", "[2/6] Alone", "[2/6] Under load", "[3/6] Quick-ACK A/B"];
+    if root() {
+        want.extend(["[4/6] Capture", "[5/6] Server process"]);
+    }
+    want.extend(["VERDICT (", "Nagle + delayed ACK", "Lost per request:", "EVIDENCE", "FIX"]);
+    let mut at = 0;
+    for w in want {
+        let i = text[at..].find(w).unwrap_or_else(|| panic!("{w:?} missing or out of order in:\n{text}"));
+        at += i + w.len();
+    }
+
     let (code, v) = diagnose(url_of(&servers, "nodelay"), &[]);
     assert_healthy(code, &v);
 
@@ -282,6 +297,11 @@ fn go_net_http_has_nothing_to_find() {
     wait_listening(port, &mut p);
     let (code, v) = diagnose(&format!("http://127.0.0.1:{port}/"), &[]);
     assert_healthy(code, &v);
+    if root() {
+        // Found by its process, and recognised from the binary's Go build info.
+        assert_eq!(v["server"]["software"], "go", "{:#}", v["server"]);
+        assert_eq!(v["server"]["nagle_on"], 0, "{:#}", v["server"]);
+    }
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -335,6 +355,15 @@ fn lab_on_a_taken_port_fails_in_one_line() {
 }
 
 #[test]
+fn lab_without_nginx_says_what_to_do_in_one_line() {
+    let out = bin().args(["lab", "--nginx", "--nginx-bin", "/nonexistent/nginx", "-d", "1s"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("/nonexistent/nginx: no such file") && err.lines().count() == 1, "{err}");
+    assert!(out.stdout.is_empty(), "no server may be announced: {}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
 fn before_must_be_a_diagnose_record() {
     let dir = tmpdir("before");
     let f = dir.join("x.json");
@@ -370,6 +399,8 @@ fn demo_diagnoses_the_lab_and_verifies_the_fix() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let causes: Vec<&str> = v["cases"].as_array().unwrap().iter().map(|c| cause(&c["diagnosis"])).collect();
     assert_eq!(causes, ["nagle_delayed_ack", "none", "app_latency"]);
+    let lost = v["cases"][0]["diagnosis"]["verdict"]["lost_per_request_ms"].as_f64().unwrap();
+    assert!((35.0..60.0).contains(&lost), "(a) lost {lost} ms per request");
     assert_eq!(v["fix"]["fixed"], true);
     assert!(v["fix"]["speedup_p50"].as_f64().unwrap() > 10.0, "{}", v["fix"]);
     assert_eq!(v["fix"]["after"]["cause"], "none");

@@ -193,6 +193,15 @@ fn python_server_nagle_on_and_tcp_nodelay() {
             assert!(advice(&v).contains("disable_nagle_algorithm = True"), "{}", advice(&v));
             // Each request of the load waits for the client's delayed ACK: the host's timer fires.
             assert!(counter(&v, "DelayedACKs") >= 10, "{:#}", v["host"]);
+            // The other counters and settings that change the picture are read too.
+            for name in ["DelayedACKLocked", "DelayedACKLost", "TCPAutoCorking"] {
+                counter(&v, name);
+            }
+            let sysctl = |name: &str| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).ok();
+            for name in ["tcp_autocorking", "tcp_pingpong_thresh"] {
+                let want = sysctl(name).map(|t| Value::from(t.trim().parse::<i64>().unwrap()));
+                assert_eq!(v["host"][name], want.unwrap_or(Value::Null), "{name}: {:#}", v["host"]);
+            }
         }
         assert_no_failures(&load.join().unwrap());
         drop(p);
@@ -391,6 +400,41 @@ fn jdk_httpserver_default_and_with_the_flag() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Node's http server sets TCP_NODELAY itself (noDelay defaults to true
+/// since v18); a plain `net` server keeps Nagle on. Both are one Node process.
+#[test]
+fn node_http_and_net_servers() {
+    if !require("node") {
+        return;
+    }
+    let _g = serial();
+    let (http, net) = (free_port(), free_port());
+    let script = "const [http, net] = process.argv.slice(1).map(Number);\n\
+        require('http').createServer((q, s) => s.end('x'.repeat(600))).listen(http, '127.0.0.1', () =>\n\
+          require('net').createServer(c => c.on('data', () => { c.write('HTTP/1.1 200 OK\\r\\nContent-Length: 600\\r\\n\\r\\n'); c.write('x'.repeat(600)); }))\n\
+            .listen(net, '127.0.0.1', () => console.log('listening')));\n\
+        setTimeout(() => process.exit(0), 60000);\n";
+    let mut c = Command::new("node");
+    c.args(["-e", script, &http.to_string(), &net.to_string()]);
+    let (p, line) = Proc::started(c);
+    assert_eq!(line.trim(), "listening");
+    for (port, nodelay) in [(http, true), (net, false)] {
+        let load = bench(&format!("http://127.0.0.1:{port}/"), 2, 2, 200);
+        let target = format!(":{port}");
+        until_established(&[&target], 2);
+        let v = inspect_json(&[&target, "--window", "0.3s"]);
+        assert_eq!(v["process"]["pid"], p.0.id());
+        let sw = &v["software"];
+        assert_eq!(sw["kind"], "node", "{sw:#}");
+        assert!(sw["name"].as_str().unwrap().starts_with("Node.js v"), "{sw:#}");
+        assert_sockets(&v, port, 2, nodelay);
+        if !nodelay {
+            assert!(advice(&v).contains("setNoDelay(true)"), "{}", advice(&v));
+        }
+        assert_no_failures(&load.join().unwrap());
+    }
+}
+
 /// The server is stopped (by PID) while a `--window 2s` inspection runs:
 /// the report still comes, flagged `exited`, with the sockets as they were.
 /// A process gone before its sockets are read is "no such process" (exit 3).
@@ -466,10 +510,14 @@ fn no_such_process_nothing_on_the_port_and_bad_arguments() {
         assert!(r.err.starts_with(&format!("tcpdoctor: pid {pid_max}: no such process")), "{}", r.err);
     }
     let port = free_port();
-    let r = inspect(&[&format!(":{port}")]);
-    assert_eq!(r.code, 3, "{}", r.err);
-    assert_eq!(r.err.lines().count(), 1, "{}", r.err);
-    assert!(r.err.starts_with(&format!("tcpdoctor: port {port}: nothing listens on it")) && r.err.contains("ss -ltnp"));
+    for args in [&[format!(":{port}")][..], &[format!(":{port}"), "--json".into()]] {
+        let r = inspect(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(r.code, 3, "{}", r.err);
+        assert!(r.out.is_empty(), "nothing on stdout: {}", r.out);
+        assert_eq!(r.err.lines().count(), 1, "{}", r.err);
+        let nothing = format!("tcpdoctor: port {port}: nothing listens on it");
+        assert!(r.err.starts_with(&nothing) && r.err.contains("ss -ltnp"), "{}", r.err);
+    }
 
     for (args, want) in [
         (&["foo"][..], "neither a process id nor :PORT"),
@@ -507,7 +555,14 @@ fn unprivileged_runs_need_ptrace_permission() {
     let p = wwr_server(port, false);
     let pid = p.0.id().to_string();
     let by_port = format!(":{port}");
-    for args in [&[pid.as_str()][..], &[pid.as_str(), "--json"], &[by_port.as_str()]] {
+    let runs = [
+        &[pid.as_str()][..],
+        &[pid.as_str(), "--json"],
+        &[pid.as_str(), "--trace", "1s", "--json"],
+        &[by_port.as_str()],
+        &[by_port.as_str(), "--json"],
+    ];
+    for args in runs {
         let r = nobody(args);
         assert_eq!(r.code, 5, "{args:?}: {}", r.err);
         assert!(r.out.is_empty() && !r.err.contains("panicked"), "{args:?}: {}{}", r.out, r.err);
@@ -584,6 +639,8 @@ fn a_held_segment_shows_in_tcp_info() {
         "127.0.0.1",
         "rto_min",
         "20s",
+        "quickack",
+        "1",
     ]);
     let (nagle, nodelay) = (18431u16, 18432u16);
     // Pure ACKs (no SYN, FIN, RST or PSH) from the clients to the servers.
@@ -657,6 +714,7 @@ fn a_held_segment_shows_in_tcp_info() {
     assert!(v["summary"]["text"].as_str().unwrap().ends_with("; 1 holding a segment right now"));
     let route = &v["host"]["routes"][0];
     assert_eq!((&route["peer"], &route["rto_min_ms"]), (&"127.0.0.1".into(), &20000.0.into()), "{route:#}");
+    assert_eq!(route["quickack"], 1, "{route:#}");
     let r = inspect_ns(servers[0].0.id(), false);
     let row = r
         .out
@@ -664,7 +722,7 @@ fn a_held_segment_shows_in_tcp_info() {
         .find(|l| l.starts_with("  ") && l.contains(" established "))
         .unwrap_or_else(|| panic!("{}", r.out));
     assert!(row.trim_end().ends_with("HELD"), "{}", r.out);
-    assert!(r.out.contains("route to 127.0.0.1: quickack -, rto_min 20s"), "{}", r.out);
+    assert!(r.out.contains("route to 127.0.0.1: quickack 1, rto_min 20s"), "{}", r.out);
 
     let v = answered(servers[1].0.id());
     let s = established(&v)[0];

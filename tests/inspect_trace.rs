@@ -9,9 +9,8 @@
 
 mod common;
 
-use common::{Proc, run_bounded};
+use common::{Proc, free_port, run_bounded};
 use serde_json::Value;
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -25,10 +24,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpdoctor");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn lab_script(name: &str) -> PathBuf {
     common::data("lab").join(name)
@@ -278,8 +273,8 @@ fn split_writes_with_nodelay_are_pieces_but_not_the_stall() {
     assert_untraced(srv.0.id(), false);
 }
 
-/// nginx with a master and one worker, `tcp_nodelay off`, `sendfile on`.
-fn nginx(dir: &std::path::Path, port: u16) -> Proc {
+/// nginx with a master and one worker, `tcp_nodelay on|off`, `sendfile on`.
+fn nginx(dir: &std::path::Path, port: u16, nodelay: bool) -> Proc {
     std::fs::create_dir_all(dir.join("www")).unwrap();
     let page = format!("<html><body>{}</body></html>\n", "tcpdoctor trace page. ".repeat(25));
     std::fs::write(dir.join("www/index.html"), page).unwrap();
@@ -288,25 +283,17 @@ fn nginx(dir: &std::path::Path, port: u16) -> Proc {
         "worker_processes 1;\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
 events {{ worker_connections 256; }}\nhttp {{\n default_type text/html;\n access_log off;\n\
  client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fastcgi;\n\
- uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n sendfile on;\n tcp_nopush off;\n tcp_nodelay off;\n\
+ uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n sendfile on;\n tcp_nopush off;\n tcp_nodelay {on};\n\
  keepalive_timeout 65;\n keepalive_requests 100000;\n\
- server {{ listen 127.0.0.1:{port}; root {d}/www; location / {{ index index.html; }} }}\n}}\n"
+ server {{ listen 127.0.0.1:{port}; root {d}/www; location / {{ index index.html; }} }}\n}}\n",
+        on = if nodelay { "on" } else { "off" }
     );
     std::fs::write(dir.join("nginx.conf"), conf).unwrap();
     let mut c =
         Command::new(if std::path::Path::new("/usr/sbin/nginx").exists() { "/usr/sbin/nginx" } else { "nginx" });
     c.arg("-p").arg(dir).arg("-c").arg(dir.join("nginx.conf")).arg("-e").arg(dir.join("error.log"));
     let mut p = Proc(c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            p.0.try_wait().unwrap().is_none(),
-            "nginx exited: {}",
-            std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
-        );
-        assert!(t.elapsed() < Duration::from_secs(10), "nginx not listening");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_listening(port, &mut p);
     p
 }
 
@@ -316,10 +303,9 @@ fn nginx_tcp_nodelay_off_master_and_worker_keep_serving() {
         return;
     }
     let _g = serial();
-    let dir = std::env::temp_dir().join(format!("tcpdoctor-trace-nginx-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::tmpdir("trace-nginx");
     let port = free_port();
-    let master = nginx(&dir, port);
+    let master = nginx(&dir, port, false);
     let mpid = master.0.id();
     // A bench run that spans the whole trace, before and after it.
     let b = Bench::start(port, 4.0);
@@ -344,6 +330,44 @@ fn nginx_tcp_nodelay_off_master_and_worker_keep_serving() {
     assert_eq!(errors(&br), 0, "{br:#}");
     for pid in [u64::from(mpid), workers[0]] {
         assert_untraced(pid as u32, false);
+    }
+    let after = Bench::start(port, 1.0).finish();
+    assert!(errors(&after) == 0 && n(&after["requests"]) > 10, "{after:#}");
+    drop(master);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `tcp_nodelay on`: the same two writes, sent at once, so no stall shape;
+/// the text report, and nginx serves on, untraced.
+#[test]
+fn nginx_tcp_nodelay_on_is_pieces_without_the_stall_in_text() {
+    if !common::require_root() || !common::require("nginx") {
+        return;
+    }
+    let _g = serial();
+    let dir = common::tmpdir("trace-nginx-on");
+    let port = free_port();
+    let master = nginx(&dir, port, true);
+    let b = Bench::start(port, 4.0);
+    let out = Command::new(BIN).args(["inspect", &format!(":{port}"), "--trace", "2s"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("SUMMARY 0 of "), "{text}");
+    let pattern = text.split("WRITE PATTERN traced ").nth(1).unwrap_or_else(|| panic!("no trace section: {text}"));
+    assert!(pattern.starts_with("2.0 s: "), "{text}");
+    assert!(pattern.contains("accepted, TCP_NODELAY:"), "{text}");
+    assert!(pattern.contains("no response was written with Nagle on") && pattern.contains("no stall shape"), "{text}");
+    assert!(pattern.contains("\n    +0.000 writev fd ") && pattern.contains(" sendfile fd "), "{text}");
+    assert!(pattern.contains("\n  cost: ") && pattern.contains(" stops ("), "{text}");
+    assert!(!text.contains("the trace saw write-write-read"), "{text}");
+    let br = b.finish();
+    assert_eq!(errors(&br), 0, "{br:#}");
+    let v: Value = serde_json::from_slice(
+        &Command::new(BIN).args(["inspect", &format!(":{port}"), "--json", "--window", "0"]).output().unwrap().stdout,
+    )
+    .unwrap();
+    for pid in std::iter::once(&v["process"]["pid"]).chain(v["process"]["workers"].as_array().unwrap()) {
+        assert_untraced(n(pid) as u32, false);
     }
     let after = Bench::start(port, 1.0).finish();
     assert!(errors(&after) == 0 && n(&after["requests"]) > 10, "{after:#}");

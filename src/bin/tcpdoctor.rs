@@ -185,6 +185,9 @@ struct LabArgs {
     /// Also start Debian's nginx twice: tcp_nodelay off and on.
     #[arg(long)]
     nginx: bool,
+    /// The nginx binary for --nginx (default: nginx on PATH, else /usr/sbin/nginx).
+    #[arg(long, value_name = "PATH", requires = "nginx")]
+    nginx_bin: Option<PathBuf>,
     /// Stop by itself after this long (default: until Ctrl-C).
     #[arg(short = 'd', long, value_parser = parse_run_length)]
     duration: Option<Duration>,
@@ -880,7 +883,7 @@ fn run_lab(a: LabArgs) -> ExitCode {
     let mut nginxes = Vec::new();
     if a.nginx {
         for (i, on) in [(3, false), (4, true)] {
-            match Nginx::start(on, port(i)) {
+            match Nginx::start(a.nginx_bin.as_deref(), on, port(i)) {
                 Ok(n) => {
                     rows.push(serde_json::json!({
                         "name": if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" },

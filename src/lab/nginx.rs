@@ -18,9 +18,12 @@ pub struct Nginx {
 
 /// The nginx binary: on `PATH`, else Debian's `/usr/sbin/nginx`.
 pub fn find() -> Option<PathBuf> {
-    let on_path =
-        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("nginx")).find(|f| f.is_file()));
-    on_path.or_else(|| Some(PathBuf::from("/usr/sbin/nginx")).filter(|p| p.is_file()))
+    find_in(std::env::var_os("PATH").as_deref(), Path::new("/usr/sbin/nginx"))
+}
+
+fn find_in(path: Option<&std::ffi::OsStr>, fallback: &Path) -> Option<PathBuf> {
+    let on_path = path.and_then(|p| std::env::split_paths(p).map(|d| d.join("nginx")).find(|f| f.is_file()));
+    on_path.or_else(|| Some(fallback.to_path_buf()).filter(|p| p.is_file()))
 }
 
 fn config(dir: &Path, addr: SocketAddr, nodelay: bool) -> String {
@@ -62,11 +65,20 @@ fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// What to do when no nginx is found.
+pub const NOT_INSTALLED: &str =
+    "nginx is not installed: apt-get install nginx-light (or nginx), or give --nginx-bin PATH";
+
 impl Nginx {
-    /// Starts nginx on 127.0.0.1:`port` (0: a free port) and waits until it
-    /// accepts. The error says what to install or what nginx complained about.
-    pub fn start(nodelay: bool, port: u16) -> Result<Nginx, String> {
-        let bin = find().ok_or("nginx is not installed: apt-get install nginx-light (or nginx), then run again")?;
+    /// Starts nginx (`bin`, or the one [`find`] finds) on 127.0.0.1:`port`
+    /// (0: a free port) and waits until it listens. The error says what to
+    /// install or what nginx complained about.
+    pub fn start(bin: Option<&Path>, nodelay: bool, port: u16) -> Result<Nginx, String> {
+        let bin = match bin {
+            Some(b) if b.is_file() => b.to_path_buf(),
+            Some(b) => return Err(format!("{}: no such file; give the path of an nginx binary", b.display())),
+            None => find().ok_or(NOT_INSTALLED)?,
+        };
         let port = match port {
             0 => free_port().map_err(|e| format!("cannot pick a free port on 127.0.0.1: {e}"))?,
             p => p,
@@ -104,13 +116,20 @@ impl Nginx {
         let mut n = Nginx { addr, nodelay, child, dir };
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-                return Ok(n);
-            }
             if let Ok(Some(status)) = n.child.try_wait() {
                 let log = std::fs::read_to_string(n.dir.join("error.log")).unwrap_or_default();
                 let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
                 return Err(format!("nginx exited ({status}) at start: {last}"));
+            }
+            // Ready when nginx itself listens: a connect could reach another
+            // program that took the port meanwhile.
+            match crate::inspect::find_listener(port) {
+                Ok(Some(pid)) if pid == n.child.id() => return Ok(n),
+                Ok(Some(pid)) => return Err(format!("{addr} is taken by another process (PID {pid})")),
+                Ok(None) => {}
+                // /proc hides the holder (another PID namespace, hidepid): connect instead.
+                Err(_) if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() => return Ok(n),
+                Err(_) => {}
             }
             if Instant::now() > deadline {
                 return Err(format!("nginx did not accept on {addr} within 5 s (log: {})", n.dir.display()));
@@ -156,5 +175,24 @@ impl Drop for Nginx {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn found_on_path_first_then_the_fallback_then_nothing() {
+        let dir = std::env::temp_dir().join(format!("tcpdoctor-nginx-find-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("nginx");
+        std::fs::write(&bin, "").unwrap();
+        let missing = dir.join("missing");
+        let path = std::env::join_paths([missing.clone(), dir.clone()]).unwrap();
+        assert_eq!(find_in(Some(&path), &missing), Some(bin.clone()));
+        assert_eq!(find_in(None, &bin), Some(bin.clone()));
+        assert_eq!(find_in(Some(missing.as_os_str()), &missing), None);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
