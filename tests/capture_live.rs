@@ -10,7 +10,7 @@ use common::{Namespaces, Proc, run_bounded, sh};
 use serde_json::Value;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tcpdoctor::capture::{Capture, LinkType};
@@ -243,6 +243,40 @@ fn count_snaplen_standard_output_and_ipv6() {
     assert!(r.ports.iter().all(|&(_, d)| d == port), "{:?}", r.ports);
     assert!(r.caplens.iter().all(|&(c, _)| c <= 96), "{:?}", r.caplens);
     assert!(r.caplens.iter().any(|&(c, o)| o > c as u32), "a request is longer than 96 bytes: {:?}", r.caplens);
+}
+
+/// A reader that stops reading: the ring fills and the kernel drops packets.
+/// The drops are counted and reported, and what was captured is a whole file.
+#[test]
+fn kernel_drops_are_counted_when_the_reader_falls_behind() {
+    if !common::require_root() {
+        return;
+    }
+    let (_lab, servers) = common::lab(&[]);
+    let url = common::url_of(&servers, "nodelay").to_string();
+    let port = common::port_of(&url).to_string();
+    let dir = TempDir::new("drops");
+    let log = dir.file("stderr");
+    let mut c = Command::new(BIN);
+    c.args(["capture", "-i", "lo", "tcp", "port", &port, "--duration", "3s", "-w", "-"]);
+    c.stdout(Stdio::piped()).stderr(std::fs::File::create(&log).unwrap());
+    let mut cap = Proc(c.spawn().unwrap());
+    let until = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log).unwrap().starts_with("tcpdoctor: capturing on lo") {
+        assert!(Instant::now() < until, "capture did not start: {}", std::fs::read_to_string(&log).unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Nobody reads the pipe while the load runs: the writer blocks, the 8 MiB ring fills.
+    let (code, _, err) = tcpdoctor(None, &["bench", "-t1", "-c8", "-d", "2s", "--json", &url]);
+    assert_eq!(code, 0, "{err}");
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(cap.0.stdout.as_mut().unwrap(), &mut bytes).unwrap();
+    let status = cap.0.wait().unwrap();
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{err}");
+    let (captured, dropped, _) = stats_line(&err);
+    assert!(dropped > 0, "the ring never overflowed: {err}");
+    assert_eq!(read(bytes).ports.len() as u64, captured, "{err}");
 }
 
 #[test]
