@@ -1,6 +1,7 @@
 //! Memory under churn: feeds a synthetic stream of N short connections
 //! (default 1,000,000) through `watch`'s analysis ([`tcpdoctor::watch::Watch`],
-//! the code a live capture feeds) and prints the process's RSS as it goes.
+//! the code a live capture feeds) and prints the process's RSS and the packets/s
+//! so far (one thread) as it goes.
 //! No packet is sent anywhere: frames are built in memory.
 //!
 //! The stream, 10,000 new connections per second of capture time:

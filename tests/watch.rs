@@ -1,7 +1,9 @@
 //! `tcpdoctor watch` on loopback beside the lab's servers (root): findings as
 //! they happen, the Prometheus endpoint scraped over HTTP and parsed strictly
 //! (and by promtool), JSON lines, Ctrl-C and SIGTERM, the connection cap under
-//! churn, and every error with its one line and exit code.
+//! churn, every error with its one line and exit code, the DaemonSet's
+//! capabilities; and the files in deploy/ (the README shows them; promtool
+//! checks and unit-tests the alert rules).
 
 mod common;
 
@@ -350,12 +352,28 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64>
         .map(|s| s.value)
 }
 
-fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
-    samples
-        .iter()
-        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
-        .map(|s| s.value)
-        .sum()
+/// Every `tcpdoctor_stalls_total` series of endpoint `ep`, each kind and role; `None` where one is missing.
+fn stall_series(samples: &[Sample], ep: &str) -> Vec<Option<f64>> {
+    let kinds = ["nagle_delayed_ack", "retransmission_timeout", "syn_retransmission", "zero_window"];
+    let each = |k| {
+        ["client", "server"]
+            .map(|r| value(samples, "tcpdoctor_stalls_total", &[("kind", k), ("endpoint", ep), ("role", r)]))
+    };
+    kinds.into_iter().flat_map(each).collect()
+}
+
+/// Scrapes (classic format) until `ready` holds, for 5 s at most.
+fn scrape_until(port: u16, ready: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, text) = scrape(port, false);
+        let m = parse_exposition(&text, false).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        if ready(&m) {
+            return m;
+        }
+        assert!(Instant::now() < until, "not there 5 s on:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
@@ -380,9 +398,10 @@ fn the_parser_rejects_what_prometheus_would() {
     assert!(parse_exposition("# HELP a x.\n# TYPE a counter\na_total 1\n", true).is_err(), "no # EOF");
 }
 
-/// The main proof: the Nagle server's stall counter rises, its TCP_NODELAY
-/// twin's stays 0, finding lines name the right side, and Ctrl-C ends it
-/// with exit 0 and a final summary.
+/// The main proof: the Nagle server's stall counter rises from the 0 it was
+/// created at (a scrape before the load and one after, as Prometheus sees the
+/// step), its TCP_NODELAY twin's series exist and stay 0, finding lines name
+/// the right side, and Ctrl-C ends it with exit 0 and a final summary.
 #[test]
 fn stalls_counted_for_the_nagle_server_and_not_for_its_nodelay_twin() {
     if !require_root() {
@@ -394,6 +413,16 @@ fn stalls_counted_for_the_nagle_server_and_not_for_its_nodelay_twin() {
     let filter = format!("tcp port {nagle} or tcp port {nodelay}");
     let maddr = format!("127.0.0.1:{mport}");
     let w = watch(&["-i", "lo", &filter, "--metrics", &maddr, "--summary-every", "1s", "--duration", "60s"]);
+    let (n, d) = (format!("127.0.0.1:{nagle}"), format!("127.0.0.1:{nodelay}"));
+    // A bare connect makes each server known: its series appear, at 0, before any stall.
+    for port in [nagle, nodelay] {
+        drop(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    }
+    let known = |m: &[Sample]| [&n, &d].iter().all(|ep| stall_series(m, ep).iter().all(Option::is_some));
+    let before = scrape_until(mport, known);
+    for ep in [&n, &d] {
+        assert_eq!(stall_series(&before, ep), [Some(0.0); 8], "{ep}: every kind and role at 0 before the load");
+    }
     let a = std::thread::spawn(move || bench(&["-c4", "-d2s"], nagle));
     // A fixed rate keeps the twin's load within what an unoptimised test build captures.
     bench(&["-c4", "-d2s", "-R", "1000"], nodelay);
@@ -403,10 +432,9 @@ fn stalls_counted_for_the_nagle_server_and_not_for_its_nodelay_twin() {
     let (ctype, text) = scrape(mport, false);
     assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
     let m = parse_exposition(&text, false).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let (n, d) = (format!("127.0.0.1:{nagle}"), format!("127.0.0.1:{nodelay}"));
     let stalls = value(&m, "tcpdoctor_stalls_total", &key(&n)).expect("a stall series for the Nagle server");
-    assert!(stalls >= 20.0, "{stalls} stalls counted for the Nagle server in 2 s of load:\n{text}");
-    assert_eq!(sum(&m, "tcpdoctor_stalls_total", &[("endpoint", &d)]), 0.0, "the TCP_NODELAY twin never stalls");
+    assert!(stalls >= 20.0, "0 before, {stalls} after 2 s of load on the Nagle server:\n{text}");
+    assert_eq!(stall_series(&m, &d), [Some(0.0); 8], "the TCP_NODELAY twin's series exist and are 0:\n{text}");
     let lost = value(&m, "tcpdoctor_time_lost_seconds_total", &key(&n)).unwrap();
     assert!((0.035 * stalls..0.06 * stalls).contains(&lost), "~44 ms per stall: {lost} s for {stalls}");
     let twin = value(&m, "tcpdoctor_exchange_latency_seconds_count", &[("endpoint", &d)]).unwrap();
@@ -598,4 +626,78 @@ fn errors_are_one_line_with_their_exit_code() {
         assert_eq!(err.lines().count(), 1, "{err}");
     }
     drop(taken);
+}
+
+fn deploy(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy").join(path)
+}
+
+/// What the README shows is the files in deploy/, whole; promtool checks the
+/// alert rules and runs their unit tests (which series fire, which do not).
+#[test]
+fn deploy_files_are_the_readmes_and_the_rules_pass_promtool() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for (path, lang) in [
+        ("systemd/tcpdoctor-watch.service", "ini"),
+        ("kubernetes/daemonset.yaml", "yaml"),
+        ("prometheus/prometheus.yml", "yaml"),
+        ("prometheus/tcpdoctor-rules.yml", "yaml"),
+    ] {
+        let text = std::fs::read_to_string(deploy(path)).unwrap();
+        assert!(readme.contains(&format!("```{lang}\n{text}```\n")), "README does not show deploy/{path} as it is");
+    }
+    if !require("promtool") {
+        return;
+    }
+    for args in [["check", "rules", "tcpdoctor-rules.yml"], ["test", "rules", "tcpdoctor-rules.test.yml"]] {
+        let mut c = Command::new("promtool");
+        c.args(args).current_dir(deploy("prometheus"));
+        let (out, _) = run_bounded(c, Duration::from_secs(60));
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("SUCCESS"), "promtool {args:?}: {text}");
+    }
+}
+
+/// The DaemonSet's security context, as near as a test gets to it: uid 0
+/// with NET_RAW alone and no_new_privs runs watch. And why not a non-root
+/// user with `setcap`: under no_new_privs, exec grants file capabilities only
+/// within the permitted set the process already had, so one that had none
+/// (as Docker leaves a non-root container user) exits 5; without
+/// no_new_privs the same binary runs.
+#[test]
+fn net_raw_alone_suffices_and_no_new_privs_stops_file_capabilities() {
+    if !require_root() || !require("setpriv") || !require("capsh") || !require("setcap") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tcpdoctor-caps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let capable = dir.join("tcpdoctor");
+    std::fs::copy(env!("CARGO_BIN_EXE_tcpdoctor"), &capable).unwrap();
+    let st = Command::new("setcap").arg("cap_net_raw+ep").arg(&capable).status().unwrap();
+    assert!(st.success(), "setcap");
+    let maddr = format!("127.0.0.1:{}", free_port());
+    let watch = ["watch", "-i", "lo", "--duration", "1s"];
+    let exit = |c: Command| {
+        let (out, _) = run_bounded(c, Duration::from_secs(10));
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let mut root = Command::new("setpriv");
+    root.args(["--bounding-set=-all,+net_raw", "--inh-caps=-all", "--no-new-privs"])
+        .arg(env!("CARGO_BIN_EXE_tcpdoctor"))
+        .args(watch)
+        .args(["--metrics", &maddr]);
+    let (code, err) = exit(root);
+    assert_eq!(code, Some(0), "uid 0 with NET_RAW only: {err}");
+    // capsh drops to uid 65534 with empty permitted and effective sets, then runs `sh -c`.
+    let nobody = |script: &str| {
+        let mut c = Command::new("capsh");
+        c.args(["--gid=65534", "--groups=65534", "--uid=65534", "--", "-c", script]).arg(&capable).args(watch);
+        c
+    };
+    let (code, err) = exit(nobody(r#"exec setpriv --no-new-privs "$0" "$@""#));
+    assert_eq!(code, Some(5), "file capabilities under no_new_privs: {err}");
+    assert!(err.contains("needs CAP_NET_RAW"), "{err}");
+    let (code, err) = exit(nobody(r#"exec "$0" "$@""#));
+    assert_eq!(code, Some(0), "file capabilities without no_new_privs: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -196,6 +196,17 @@ impl CountAgg {
 }
 
 impl FileResult {
+    /// Drops everything kept about one server endpoint (`watch` reuses its slot).
+    pub(crate) fn forget_server(&mut self, server: Endpoint) {
+        self.nagle.remove(&server);
+        self.servers.remove(&server);
+        for side in [Side::Client, Side::Server] {
+            for m in [&mut self.retrans, &mut self.syn, &mut self.zero] {
+                m.remove(&(server, side));
+            }
+        }
+    }
+
     /// Adds another file's results (its input summary goes to `inputs`).
     pub(crate) fn merge(&mut self, f: FileResult, inputs: &mut Vec<report::Input>) {
         inputs.push(f.input);

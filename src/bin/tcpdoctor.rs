@@ -532,6 +532,9 @@ struct WatchArgs {
     /// Most server endpoints counted by name; connections to more are counted as `other`.
     #[arg(long, default_value_t = 256, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
     max_endpoints: u64,
+    /// With the endpoint table full, a new endpoint takes the slot of one silent this long (its series are removed).
+    #[arg(long, default_value = "10m", value_parser = parse_positive_duration, value_name = "DURATION")]
+    endpoint_idle: Duration,
     /// Forget a connection silent this long.
     #[arg(long, default_value = "120s", value_parser = parse_positive_duration, value_name = "DURATION")]
     idle_timeout: Duration,
@@ -1036,6 +1039,7 @@ fn run_watch(a: WatchArgs) -> ExitCode {
             limits: Limits {
                 max_endpoints: usize::try_from(a.max_endpoints).unwrap_or(usize::MAX),
                 lines_per_interval: a.max_lines,
+                endpoint_idle: a.endpoint_idle,
             },
         },
         summary_every: a.summary_every,

@@ -1,7 +1,9 @@
 //! Prometheus metrics (prometheus-client, OpenMetrics text format).
 //!
 //! Label values are bounded: `endpoint` is a server endpoint from the capped
-//! table (or `other`), `kind` one of four, `role` `client` or `server`.
+//! table (or `other`), `kind` one of four, `role` `client` or `server`. An
+//! endpoint's series are created at 0 when it takes a slot and removed when
+//! the slot is recycled.
 
 use super::sink::Kind;
 use crate::tcp::Side;
@@ -65,6 +67,8 @@ pub struct Metrics {
     pub evicted: Counter,
     /// Connections whose server endpoint was folded into `other`.
     pub folded: Counter,
+    /// Endpoint slots given to a new endpoint after theirs fell silent.
+    pub recycled: Counter,
 }
 
 /// One endpoint's metric handles, looked up once (a family lookup takes a lock).
@@ -84,6 +88,10 @@ impl SlotMetrics {
         self.lost[kind.idx()][role.idx()].inc_by(s);
         self.stall_seconds[kind.idx()].observe(s);
     }
+}
+
+fn finding_labels(kind: Kind, endpoint: &str, role: Side) -> FindingLabels {
+    FindingLabels { kind: kind.name(), endpoint: endpoint.to_string(), role: role.name() }
 }
 
 fn stall_histogram() -> Histogram {
@@ -114,6 +122,7 @@ impl Metrics {
             tracked: Gauge::default(),
             evicted: Counter::default(),
             folded: Counter::default(),
+            recycled: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -152,6 +161,11 @@ impl Metrics {
             "Connections whose server endpoint was counted as endpoint=\"other\" (more than --max-endpoints)",
             m.folded.clone(),
         );
+        registry.register(
+            "recycled_endpoints",
+            "Endpoint slots given to a new server endpoint because theirs was silent for --endpoint-idle (its series removed)",
+            m.recycled.clone(),
+        );
         for k in Kind::ALL {
             m.stall_seconds.get_or_create_owned(&KindLabel { kind: k.name() });
         }
@@ -160,8 +174,7 @@ impl Metrics {
 
     /// The handles of one endpoint's series, created at zero so a rate over them is defined.
     pub fn slot(&self, endpoint: &str) -> SlotMetrics {
-        let labels =
-            |k: Kind, r: Side| FindingLabels { kind: k.name(), endpoint: endpoint.to_string(), role: r.name() };
+        let labels = |k: Kind, r: Side| finding_labels(k, endpoint, r);
         let both = |f: &dyn Fn(Side) -> FindingLabels, fam: &Family<FindingLabels, Counter>| {
             [fam.get_or_create_owned(&f(Side::Client)), fam.get_or_create_owned(&f(Side::Server))]
         };
@@ -174,6 +187,18 @@ impl Metrics {
             lost: Kind::ALL.map(|k| both_f(&|r| labels(k, r))),
             stall_seconds: Kind::ALL.map(|k| self.stall_seconds.get_or_create_owned(&KindLabel { kind: k.name() })),
         }
+    }
+
+    /// Removes one endpoint's series (its slot went to another endpoint).
+    pub fn remove_endpoint(&self, endpoint: &str) {
+        for k in Kind::ALL {
+            for r in [Side::Client, Side::Server] {
+                let l = finding_labels(k, endpoint, r);
+                self.stalls.remove(&l);
+                self.lost.remove(&l);
+            }
+        }
+        self.latency.remove(&EndpointLabel { endpoint: endpoint.to_string() });
     }
 
     /// The metrics in OpenMetrics text format.

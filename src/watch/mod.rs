@@ -64,6 +64,8 @@ pub struct Final {
     pub evicted: u64,
     /// Connections whose server was folded into `other`.
     pub folded: u64,
+    /// Endpoint slots recycled.
+    pub recycled: u64,
 }
 
 impl Watch {
@@ -119,6 +121,11 @@ impl Watch {
         self.sink.folded
     }
 
+    /// Endpoint slots given to a new endpoint so far.
+    pub fn recycled(&self) -> u64 {
+        self.sink.recycled
+    }
+
     /// Server endpoints counted by name.
     pub fn endpoints(&self) -> usize {
         self.sink.endpoints()
@@ -140,8 +147,8 @@ impl Watch {
         self.publish();
         let findings = self.findings();
         let rows = self.sink.totals();
-        let (evicted, folded) = (self.tracker.evicted(), self.sink.folded);
-        Final { findings, rows, verdict: self.sink.verdict(), evicted, folded }
+        let (evicted, folded, recycled) = (self.tracker.evicted(), self.sink.folded, self.sink.recycled);
+        Final { findings, rows, verdict: self.sink.verdict(), evicted, folded, recycled }
     }
 }
 
@@ -214,6 +221,7 @@ pub fn run(
                     tracked: w.tracked(),
                     evicted: w.evicted(),
                     folded: w.folded(),
+                    recycled: w.recycled(),
                     last: false,
                 };
                 say(render::summary(&h, &w.interval(), &[], o.json));
@@ -233,6 +241,7 @@ pub fn run(
         tracked: 0,
         evicted: rest.evicted,
         folded: rest.folded,
+        recycled: rest.recycled,
         last: true,
     };
     text.push_str(&render::summary(&h, &rest.rows, &rest.verdict, o.json));

@@ -23,6 +23,8 @@ pub struct Header {
     pub evicted: u64,
     /// Connections whose server was folded into `other`, since the start.
     pub folded: u64,
+    /// Endpoint slots given to a new endpoint, since the start.
+    pub recycled: u64,
     /// The final summary (the whole run).
     pub last: bool,
 }
@@ -97,16 +99,22 @@ pub fn summary(h: &Header, rows: &[Row], verdict: &[String], json: bool) -> Stri
             "tracked_connections": h.tracked,
             "evicted_connections": h.evicted,
             "folded_connections": h.folded,
+            "recycled_endpoints": h.recycled,
             "endpoints": endpoints,
             "verdict": verdict,
         });
         return format!("{v}\n");
     }
     let mut s = String::new();
+    // Rare, so said only when it happened.
+    let recycled = match h.recycled {
+        0 => String::new(),
+        n => format!(", {n} endpoint slots recycled"),
+    };
     if h.last {
         let _ = writeln!(
             s,
-            "{} FINAL SUMMARY over {:.1} s: {} packets, {} dropped by the kernel; {} connections evicted (cap), {} folded into other",
+            "{} FINAL SUMMARY over {:.1} s: {} packets, {} dropped by the kernel; {} connections evicted (cap), {} folded into other{recycled}",
             time(h.ts_ns),
             h.seconds,
             h.packets,
@@ -117,7 +125,7 @@ pub fn summary(h: &Header, rows: &[Row], verdict: &[String], json: bool) -> Stri
     } else {
         let _ = writeln!(
             s,
-            "{} SUMMARY last {:.1} s: {} packets, {} dropped by the kernel; {} connections tracked, {} evicted (cap), {} folded into other",
+            "{} SUMMARY last {:.1} s: {} packets, {} dropped by the kernel; {} connections tracked, {} evicted (cap), {} folded into other{recycled}",
             time(h.ts_ns),
             h.seconds,
             h.packets,
@@ -174,6 +182,26 @@ pub fn summary(h: &Header, rows: &[Row], verdict: &[String], json: bool) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recycled_slots_are_said_when_there_were_some() {
+        let mut h = Header {
+            ts_ns: 0,
+            seconds: 1.0,
+            packets: 0,
+            drops: 0,
+            tracked: 0,
+            evicted: 0,
+            folded: 4,
+            recycled: 0,
+            last: false,
+        };
+        assert!(summary(&h, &[], &[], false).lines().next().unwrap().ends_with(" 4 folded into other"));
+        h.recycled = 3;
+        assert!(summary(&h, &[], &[], false).contains(" 4 folded into other, 3 endpoint slots recycled\n"));
+        let v: serde_json::Value = serde_json::from_str(&summary(&h, &[], &[], true)).unwrap();
+        assert_eq!(v["recycled_endpoints"], 3);
+    }
 
     #[test]
     fn times_are_utc_rfc3339() {

@@ -3,10 +3,13 @@
 //! server-endpoint counts for the periodic summary, Prometheus metrics and the
 //! aggregates `analyze`'s verdict sentences are built from.
 //!
-//! Memory is bounded whatever passes: server endpoints beyond
-//! [`Limits::max_endpoints`] share one `other` slot; finding lines are
-//! rate-limited per endpoint, kind and role (the rest are counted); the
-//! verdict aggregates are kept for named endpoints only.
+//! Memory is bounded whatever passes: at most [`Limits::max_endpoints`]
+//! server endpoints are named; when the table is full a new endpoint takes
+//! the slot of the one silent longest if that one has been silent for
+//! [`Limits::endpoint_idle`] (and has no tracked connection), else it is
+//! counted in the `other` slot; finding lines are rate-limited per endpoint,
+//! kind and role (the rest are counted); the verdict aggregates are kept for
+//! named endpoints only.
 
 use super::metrics::{Metrics, SlotMetrics};
 use crate::analyze::{FileResult, RTO_NS};
@@ -19,6 +22,7 @@ use crate::wire::{Endpoint, Segment};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What kind of trouble a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -87,11 +91,14 @@ pub struct Limits {
     pub max_endpoints: usize,
     /// Finding lines per endpoint, kind and role in one summary interval; more are counted, not printed.
     pub lines_per_interval: u32,
+    /// A named endpoint silent this long (by packet time), with no tracked
+    /// connection, gives its slot to a new endpoint when the table is full.
+    pub endpoint_idle: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_endpoints: 256, lines_per_interval: 5 }
+        Limits { max_endpoints: 256, lines_per_interval: 5, endpoint_idle: Duration::from_secs(600) }
     }
 }
 
@@ -137,6 +144,10 @@ struct Slot {
     /// Lines printed this interval, by kind and role.
     printed: [[u32; 2]; 4],
     m: Option<SlotMetrics>,
+    /// Last packet of a connection to it, ns.
+    last_ns: i64,
+    /// Tracked connections that point at this slot: it is not recycled under them.
+    live: u32,
 }
 
 /// One row of a summary.
@@ -157,6 +168,11 @@ pub struct WatchSink {
     slot_of: FxHashMap<Endpoint, u32>,
     /// Connections whose server went to the `other` slot because the table was full.
     pub folded: u64,
+    /// Slots given to a new endpoint after their endpoint fell silent.
+    pub recycled: u64,
+    /// Packet time before which no slot can be recycled (saves a scan per folded connection).
+    recycle_check_ns: i64,
+    endpoint_idle_ns: i64,
     pending: VecDeque<Finding>,
     /// What `analyze`'s verdict is built from, for named endpoints.
     agg: FileResult,
@@ -174,34 +190,76 @@ impl WatchSink {
             slots: Vec::new(),
             slot_of: FxHashMap::default(),
             folded: 0,
+            recycled: 0,
+            recycle_check_ns: i64::MIN,
+            endpoint_idle_ns: i64::try_from(limits.endpoint_idle.as_nanos()).unwrap_or(i64::MAX),
             pending: VecDeque::new(),
             agg: FileResult::default(),
             metrics,
         };
-        s.push_slot("other".into(), None);
+        let other = s.new_slot(None, 0);
+        s.slots.push(other);
         s
     }
 
-    fn push_slot(&mut self, label: String, ep: Option<Endpoint>) -> u32 {
+    /// A slot whose metric series start at 0, so the first stalls are a visible step.
+    fn new_slot(&self, ep: Option<Endpoint>, now_ns: i64) -> Slot {
+        let label = ep.map_or_else(|| "other".to_string(), |e| e.to_string());
         let m = self.metrics.as_ref().map(|m| m.slot(&label));
-        self.slots.push(Slot { label, ep, win: Counts::default(), all: Counts::default(), printed: [[0; 2]; 4], m });
-        (self.slots.len() - 1) as u32
+        let (win, all) = (Counts::default(), Counts::default());
+        Slot { label, ep, win, all, printed: [[0; 2]; 4], m, last_ns: now_ns, live: 0 }
     }
 
-    fn slot_for(&mut self, server: Endpoint) -> u32 {
+    fn slot_for(&mut self, server: Endpoint, now_ns: i64) -> u32 {
         if let Some(&i) = self.slot_of.get(&server) {
             return i;
         }
-        if self.slot_of.len() >= self.limits.max_endpoints {
+        let i = if self.slot_of.len() < self.limits.max_endpoints {
+            self.slots.push(self.new_slot(Some(server), now_ns));
+            self.slots.len() - 1
+        } else if let Some(i) = self.silent_slot(now_ns) {
+            self.recycle(i, server, now_ns);
+            i
+        } else {
             self.folded += 1;
             if let Some(m) = &self.metrics {
                 m.folded.inc();
             }
             return OTHER;
+        };
+        self.slot_of.insert(server, i as u32);
+        i as u32
+    }
+
+    /// The named slot silent longest, if silent for `endpoint_idle` with no tracked connection.
+    fn silent_slot(&mut self, now_ns: i64) -> Option<usize> {
+        if now_ns < self.recycle_check_ns {
+            return None;
         }
-        let i = self.push_slot(server.to_string(), Some(server));
-        self.slot_of.insert(server, i);
-        i
+        let oldest = self.slots.iter().enumerate().skip(1).filter(|(_, s)| s.live == 0).min_by_key(|(_, s)| s.last_ns);
+        let free_at = oldest.map_or(i64::MAX, |(_, s)| s.last_ns.saturating_add(self.endpoint_idle_ns));
+        if free_at <= now_ns {
+            return oldest.map(|(i, _)| i);
+        }
+        // A slot whose last connection ends later can qualify sooner: look again within a second.
+        self.recycle_check_ns = free_at.min(now_ns.saturating_add(1_000_000_000));
+        None
+    }
+
+    /// Gives slot `i` to `server`: the old endpoint's counts, verdict
+    /// aggregates and metric series go (Prometheus has kept its history).
+    fn recycle(&mut self, i: usize, server: Endpoint, now_ns: i64) {
+        let fresh = self.new_slot(Some(server), now_ns);
+        let slot = std::mem::replace(&mut self.slots[i], fresh);
+        if let Some(old) = slot.ep {
+            self.slot_of.remove(&old);
+            self.agg.forget_server(old);
+        }
+        self.recycled += 1;
+        if let Some(m) = &self.metrics {
+            m.remove_endpoint(&slot.label);
+            m.recycled.inc();
+        }
     }
 
     /// Findings printed since the last call, oldest first.
@@ -408,8 +466,14 @@ impl Sink<Box<ConnState>> for WatchSink {
     fn event(&mut self, info: &ConnInfo, st: &mut Box<ConnState>, ev: &Event, seg: &Segment<'_>) {
         let slot = match st.slot {
             Some(s) => s,
-            None => *st.slot.insert(self.slot_for(info.server)),
+            None => {
+                let s = self.slot_for(info.server, ev.ts_ns);
+                self.slots[s as usize].live += 1;
+                *st.slot.insert(s)
+            }
         };
+        let last = &mut self.slots[slot as usize].last_ns;
+        *last = (*last).max(ev.ts_ns);
         let ConnState { det, retrans, server_stalls, .. } = &mut **st;
         let mut c = (*retrans, *server_stalls);
         let start = self.pending.len();
@@ -430,8 +494,12 @@ impl Sink<Box<ConnState>> for WatchSink {
 
     fn close(&mut self, info: &ConnInfo, mut st: Box<ConnState>, totals: &Totals) {
         let slot = match st.slot {
-            Some(s) => s,
-            None => self.slot_for(info.server),
+            Some(s) => {
+                let live = &mut self.slots[s as usize].live;
+                *live = live.saturating_sub(1);
+                s
+            }
+            None => self.slot_for(info.server, totals.last_ts),
         };
         let mut c = (st.retrans, st.server_stalls);
         let start = self.pending.len();
@@ -471,14 +539,30 @@ mod tests {
         }
     }
 
-    /// Feeds a whole connection (events, then its end) to the sink.
-    fn feed(sink: &mut WatchSink, info: &ConnInfo, s: &Seq) {
+    /// Feeds a connection's events; it stays tracked until [`end`].
+    fn start(sink: &mut WatchSink, info: &ConnInfo, s: &Seq) -> Box<ConnState> {
         let mut st = Box::<ConnState>::default();
         for e in &s.events {
             sink.event(info, &mut st, e, &seg());
         }
+        st
+    }
+
+    fn end(sink: &mut WatchSink, info: &ConnInfo, st: Box<ConnState>, s: &Seq) {
         let last_ts = s.events.last().map_or(0, |e| e.ts_ns);
         sink.close(info, st, &Totals { last_ts, ..Totals::default() });
+    }
+
+    /// Feeds a whole connection (events, then its end) to the sink.
+    fn feed(sink: &mut WatchSink, info: &ConnInfo, s: &Seq) {
+        let st = start(sink, info, s);
+        end(sink, info, st, s);
+    }
+
+    fn names(rows: &[Row]) -> Vec<&str> {
+        let mut n: Vec<&str> = rows.iter().map(|r| r.server.as_str()).collect();
+        n.sort();
+        n
     }
 
     /// `n` keep-alive exchanges whose responses are held ~44 ms by the server's Nagle, starting at `t0`.
@@ -526,7 +610,7 @@ mod tests {
 
     #[test]
     fn lines_are_rate_limited_per_interval_and_the_rest_counted() {
-        let mut sink = WatchSink::new(Limits { max_endpoints: 10, lines_per_interval: 3 }, None);
+        let mut sink = WatchSink::new(Limits { max_endpoints: 10, lines_per_interval: 3, ..Limits::default() }, None);
         feed(&mut sink, &server(8080), &stalling(20, 0));
         assert_eq!(sink.take_findings().count(), 3);
         let rows = sink.interval();
@@ -534,14 +618,14 @@ mod tests {
         feed(&mut sink, &server(8080), &stalling(2, 10_000 * MS));
         assert_eq!(sink.take_findings().count(), 2, "a new interval prints again");
         assert_eq!(sink.totals()[0].counts.suppressed, 17);
-        let mut none = WatchSink::new(Limits { max_endpoints: 10, lines_per_interval: 0 }, None);
+        let mut none = WatchSink::new(Limits { max_endpoints: 10, lines_per_interval: 0, ..Limits::default() }, None);
         feed(&mut none, &server(8080), &stalling(2, 0));
         assert_eq!(none.take_findings().count(), 0, "0 lines: summaries only");
     }
 
     #[test]
     fn endpoints_beyond_the_cap_fold_into_other() {
-        let mut sink = WatchSink::new(Limits { max_endpoints: 2, lines_per_interval: 5 }, None);
+        let mut sink = WatchSink::new(Limits { max_endpoints: 2, ..Limits::default() }, None);
         for port in [8080, 8081, 8082, 8083, 8080] {
             feed(&mut sink, &server(port), &stalling(1, 0));
         }
@@ -555,6 +639,48 @@ mod tests {
         assert_eq!(f.len(), 5, "findings on folded endpoints still name their real server");
         assert_eq!(f[2].server, "127.0.0.1:8082");
         assert_eq!(sink.verdict().len(), 2, "the verdict covers named endpoints only");
+    }
+
+    const MIN: i64 = 60_000 * MS;
+
+    #[test]
+    fn a_new_endpoint_takes_the_slot_of_one_silent_for_endpoint_idle() {
+        let m = Arc::new(Metrics::new());
+        let limits = Limits { max_endpoints: 2, endpoint_idle: Duration::from_secs(600), ..Limits::default() };
+        let mut sink = WatchSink::new(limits, Some(m.clone()));
+        feed(&mut sink, &server(8080), &stalling(1, 0));
+        feed(&mut sink, &server(8081), &stalling(1, 0));
+        feed(&mut sink, &server(8082), &stalling(1, 5 * MIN));
+        assert_eq!((sink.folded, sink.recycled), (1, 0), "nobody silent 10 min yet: other");
+        feed(&mut sink, &server(8081), &stalling(1, 9 * MIN));
+        feed(&mut sink, &server(8083), &stalling(2, 11 * MIN));
+        assert_eq!((sink.endpoints(), sink.folded, sink.recycled), (2, 1, 1), "8080, silent 11 min, gave its slot");
+        let text = m.encode();
+        let line = |l: &str| text.lines().any(|x| x == l);
+        assert!(!text.contains("127.0.0.1:8080"), "the recycled endpoint's series are removed:\n{text}");
+        assert!(line(r#"tcpdoctor_stalls_total{kind="nagle_delayed_ack",endpoint="127.0.0.1:8083",role="server"} 2"#));
+        assert!(line(r#"tcpdoctor_stalls_total{kind="zero_window",endpoint="127.0.0.1:8083",role="client"} 0"#));
+        assert!(line(r#"tcpdoctor_stalls_total{kind="nagle_delayed_ack",endpoint="127.0.0.1:8081",role="server"} 2"#));
+        assert!(line(r#"tcpdoctor_stalls_total{kind="nagle_delayed_ack",endpoint="other",role="server"} 1"#));
+        assert!(line("tcpdoctor_recycled_endpoints_total 1"), "{text}");
+        assert!(line("tcpdoctor_folded_connections_total 1"), "{text}");
+        assert_eq!(names(&sink.totals()), ["127.0.0.1:8081", "127.0.0.1:8083", "other"], "8080's counts left with it");
+        let v = sink.verdict();
+        assert!(v.iter().all(|s| !s.contains("8080")) && v.iter().any(|s| s.contains("127.0.0.1:8083")), "{v:?}");
+    }
+
+    #[test]
+    fn a_slot_is_not_recycled_while_a_connection_to_it_is_tracked() {
+        let limits = Limits { max_endpoints: 1, endpoint_idle: Duration::from_secs(60), ..Limits::default() };
+        let mut sink = WatchSink::new(limits, None);
+        let held = stalling(1, 0);
+        let st = start(&mut sink, &server(8080), &held);
+        feed(&mut sink, &server(8081), &stalling(1, 2 * MIN));
+        assert_eq!((sink.folded, sink.recycled), (1, 0), "8080 is silent 2 min but its connection is tracked");
+        end(&mut sink, &server(8080), st, &held);
+        feed(&mut sink, &server(8082), &stalling(1, 2 * MIN + 2_000 * MS));
+        assert_eq!((sink.folded, sink.recycled), (1, 1), "free once the connection is finished");
+        assert_eq!(names(&sink.totals()), ["127.0.0.1:8082", "other"]);
     }
 
     #[test]
