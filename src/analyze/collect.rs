@@ -144,7 +144,7 @@ impl<'o> Collector<'o> {
     }
 }
 
-fn row(ev: &Event) -> Row {
+fn row(ev: &Event, flags: u8) -> Row {
     let (kind, seq, len) = match ev.kind {
         EventKind::Syn { .. } => (RowKind::Syn, 0, 0),
         EventKind::Data { seq, len, class } => (
@@ -167,6 +167,7 @@ fn row(ev: &Event) -> Row {
         t_ms: 0.0,
         from: ev.from,
         kind,
+        flags,
         seq,
         len,
         ack: ev.ack,
@@ -193,7 +194,7 @@ impl Sink<ConnState> for Collector<'_> {
             self.observe(info, st, o);
         });
         if st.cur.len() < EXCHANGE_ROWS || st.flow.is_some() {
-            let mut r = row(ev);
+            let mut r = row(ev, seg.flags.0);
             if held {
                 r.mark = Some(Mark::Held);
             }
