@@ -132,6 +132,16 @@ fn loads_cleanly(dom: &str, stderr: &str) {
     assert!(console.is_empty(), "console messages: {console:?}");
 }
 
+/// The picker's options in the group labelled `group`.
+fn picker_group<'a>(html: &'a str, group: &str) -> Vec<&'a str> {
+    let Some((_, rest)) = html.split_once(&format!("<optgroup label=\"{group}\">")) else { return vec![] };
+    let body = rest.split("</optgroup>").next().unwrap_or_default();
+    body.split("<option ").skip(1).collect()
+}
+
+const STALLED: &str = "Stalled exchanges, worst first";
+const SLOWEST: &str = "Slowest exchange of connections without a stall";
+
 fn png_written(p: &Path) {
     let b = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     assert!(b.starts_with(b"\x89PNG\r\n\x1a\n") && b.len() > 10_000, "{} is not a screenshot", p.display());
@@ -157,6 +167,14 @@ fn analyze_report_of_nginx_with_nagle_renders_with_the_stall_highlighted() {
     assert!(html.contains(r#"<svg class="ladder""#) && html.contains(r#"<g class="stall">"#));
     assert!(html.contains(r#"class="seg held""#) && html.contains(r#"class="seg late""#));
     assert!(html.contains("delayed ACK ~40 ms"), "the histogram's delayed-ACK band");
+    // One connection, 39 stalls: the picker offers its worst few, each with its breakdown.
+    let stalled = picker_group(&html, STALLED);
+    assert_eq!(stalled.len(), 3, "{stalled:?}");
+    assert!(stalled.iter().all(|o| o.contains(": connection 1, ")), "{stalled:?}");
+    assert!(stalled[1].contains("Worst stalled exchange #2: connection 1, 43.8 ms lost"), "{stalled:?}");
+    assert!(picker_group(&html, SLOWEST).is_empty(), "its only connection stalled");
+    assert_eq!(html.matches("<div class=\"ladder-view\"").count(), 3);
+    assert_eq!(html.matches("<div class=\"breakdown\">").count(), 3 + 1, "a breakdown per exchange, and the mean");
     if !require("chromium") {
         return;
     }
@@ -173,7 +191,9 @@ fn analyze_report_without_a_stall_says_so() {
     let (path, html) = analyze_html("nginx_nodelay_on.pcap", "nginx-on");
     well_formed(&html).unwrap();
     assert!(html.contains("No stall found") && html.contains("No exchange stalled"));
-    assert!(!html.contains(r#"<svg class="ladder""#));
+    // The connection did not stall: its slowest exchange is drawn, with its breakdown.
+    assert!(html.contains("<h3>Slowest exchange: connection 1, 168 µs (no stall)</h3><div class=\"breakdown\">"));
+    assert!(html.contains(r#"<svg class="ladder""#) && !html.contains(r#"<g class="stall">"#));
     if require("chromium") {
         let (dom, err) = chromium(&path, "", None);
         loads_cleanly(&dom, &err);
@@ -181,8 +201,9 @@ fn analyze_report_without_a_stall_says_so() {
 }
 
 /// 100 keep-alive connections to the Nagle lab server, captured: 100 connections that
-/// all stall. The report stays small, lists the worst 20 exchanges in a picker and
-/// every connection in the table; `#x=N` opens exchange N.
+/// all stall. The report stays small, lists the worst exchange of 20 connections in a
+/// picker (at most 10 more for connections without a stall) and every connection in the
+/// table; `#x=N` opens exchange N.
 #[test]
 fn a_hundred_stalling_connections_make_a_small_report_with_a_picker() {
     if !require_root() {
@@ -221,7 +242,10 @@ fn a_hundred_stalling_connections_make_a_small_report_with_a_picker() {
     self_contained(&html);
     let size = html.len();
     assert!(size < 2_000_000, "{size} bytes for 100 connections");
-    assert_eq!(html.matches("<option ").count(), 20, "the 20 worst stalled exchanges in the picker");
+    let stalled = picker_group(&html, STALLED);
+    assert_eq!(stalled.len(), 20, "the 20 worst stalled exchanges in the picker");
+    assert!(stalled.iter().all(|o| !o.contains('#')), "one per connection when 20 connections stalled: {stalled:?}");
+    assert!(html.matches("<option ").count() <= 30);
     assert!(html.matches("<tr class=\"hot\">").count() >= 99, "the stalled connections in the table");
     eprintln!("100-connection report: {size} bytes");
     if require("chromium") {
@@ -355,6 +379,10 @@ fn a_flow_ladder_comes_first_in_the_picker() {
     let html = std::fs::read_to_string(&p).unwrap();
     well_formed(&html).unwrap();
     let options: Vec<&str> = html.split("<option ").skip(1).collect();
-    assert_eq!(options.len(), 2, "{options:?}");
-    assert!(options[0].contains("Connection 2: ") && options[1].contains("Worst stalled exchange"), "{options:?}");
+    // The flow, connection 1's worst three stalls, connection 2's slowest exchange.
+    assert_eq!(options.len(), 5, "{options:?}");
+    assert!(options[0].contains("value=\"0\">Connection 2: "), "{options:?}");
+    assert!(options[1].contains("value=\"1\">Worst stalled exchange: connection 1"), "{options:?}");
+    assert!(options[4].contains("value=\"4\">Slowest exchange: connection 2"), "{options:?}");
+    assert_eq!(picker_group(&html, STALLED).len(), 3);
 }

@@ -59,38 +59,55 @@ fn page(title: &str, body: Markup) -> String {
     .into_string()
 }
 
-/// The stalled-exchange ladders with a picker, each with its time breakdown.
-fn ladders(ls: &[Ladder], none: &str) -> Markup {
+/// The ladders with a picker: a `--flow` connection, the worst stalled exchanges and the
+/// slowest exchange of connections that did not stall, each with its time breakdown.
+/// `none` says why there is no stalled exchange.
+fn ladders(flow: Option<&Ladder>, stalled: &[Ladder], slowest: &[Ladder], none: &str) -> Markup {
+    let all: Vec<&Ladder> = flow.into_iter().chain(stalled).chain(slowest).collect();
+    // Option values index `all`: the groups number on from the flow ladder.
+    let at = usize::from(flow.is_some());
+    let groups = [
+        ("Stalled exchanges, worst first", stalled, at),
+        ("Slowest exchange of connections without a stall", slowest, at + stalled.len()),
+    ];
     html! {
         section #ladder {
-            h2 { "The stalled exchange, packet by packet" }
-            @if ls.is_empty() {
-                p.empty { (none) }
+            h2 { "Exchanges, packet by packet" }
+            @if stalled.is_empty() {
+                p.empty {
+                    (none)
+                    @if !slowest.is_empty() { " Below: the slowest exchange of up to 10 connections." }
+                }
             } @else {
                 p.note {
                     "Client on the left, server on the right, time flowing down to scale (long idle gaps are cut). "
                     "Orange: the small segment Nagle waits on; red: the delayed ACK and the segment Nagle held."
                 }
-                @if ls.len() > 1 {
-                    label {
-                        "Exchange: "
-                        select #ladder-pick {
-                            @for (i, l) in ls.iter().enumerate() {
-                                option value=(i) { (l.title) }
+            }
+            @if all.len() > 1 {
+                label {
+                    "Exchange: "
+                    select #ladder-pick {
+                        @if let Some(l) = flow { option value="0" { (l.title) } }
+                        @for (name, ls, first) in groups {
+                            @if !ls.is_empty() {
+                                optgroup label=(name) {
+                                    @for (i, l) in ls.iter().enumerate() { option value=(first + i) { (l.title) } }
+                                }
                             }
                         }
                     }
                 }
-                @for (i, l) in ls.iter().enumerate() {
-                    div.ladder-view data-i=(i) hidden[i > 0] {
-                        h3 { (l.title) }
-                        @if let Some(t) = &l.times {
-                            (chart::breakdown(t))
-                        }
-                        (ladder::svg(l))
-                        @if l.truncated {
-                            p.note { "More segments exist than are drawn." }
-                        }
+            }
+            @for (i, l) in all.iter().enumerate() {
+                div.ladder-view data-i=(i) hidden[i > 0] {
+                    h3 { (l.title) }
+                    @if let Some(t) = &l.times {
+                        (chart::breakdown(t))
+                    }
+                    (ladder::svg(l))
+                    @if l.truncated {
+                        p.note { "More segments exist than are drawn." }
                     }
                 }
             }
@@ -196,9 +213,8 @@ fn finding(f: &Finding) -> Markup {
 pub fn analyze(r: &Report) -> String {
     let bad = !r.findings.is_empty();
     let files: Vec<&str> = r.inputs.iter().map(|i| i.file.as_str()).collect();
-    // A `--flow` ladder (no exchange times) comes first, then the worst stalled exchanges.
-    let flow = r.ladder.iter().filter(|l| l.times.is_none()).cloned();
-    let ls: Vec<Ladder> = flow.chain(r.stalled_exchanges.iter().cloned()).collect();
+    // A `--flow` ladder has no exchange times.
+    let flow = r.ladder.as_ref().filter(|l| l.times.is_none());
     page(
         &format!("tcpdoctor: {}", files.join(", ")),
         html! {
@@ -213,7 +229,7 @@ pub fn analyze(r: &Report) -> String {
                 }
                 @for f in &r.findings { (finding(f)) }
             }
-            (ladders(&ls, "No exchange stalled: there is no ladder to draw (analyze --flow ID draws any connection)."))
+            (ladders(flow, &r.stalled_exchanges, &r.slowest_exchanges, "No exchange stalled (analyze --flow ID draws any connection)."))
             (servers(&r.breakdown))
             (connections(&r.connections, r.connections_omitted))
             (warnings(&r.warnings))
@@ -268,7 +284,7 @@ pub fn bench(r: &BenchReport) -> String {
                 h2 { "Latency over time" }
                 (chart::timeline(&points, r.timeline_step_s))
             }
-            (ladders(&[], "bench sees no packets: run `tcpdoctor diagnose URL --html FILE` (as root) or `tcpdoctor analyze CAPTURE --html FILE` for the ladder."))
+            (ladders(None, &[], &[], "bench sees no packets: run `tcpdoctor diagnose URL --html FILE` (as root) or `tcpdoctor analyze CAPTURE --html FILE` for the ladder."))
         },
     )
 }
@@ -385,7 +401,7 @@ pub fn diagnose(r: &DiagnoseReport, cmp: Option<&Comparison>) -> String {
                 h2 { "Latency" }
                 (chart::histogram(&series, &marks))
             }
-            (ladders(cap.map_or(&[][..], |c| &c.stalled_exchanges[..]), &no_ladder))
+            (ladders(None, cap.map_or(&[][..], |c| &c.stalled_exchanges[..]), cap.map_or(&[][..], |c| &c.slowest_exchanges[..]), &no_ladder))
             @if let Some(c) = cap {
                 (servers(&c.breakdown))
                 (connections(&c.connections, 0))
