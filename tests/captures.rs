@@ -250,7 +250,7 @@ fn json_contract() {
     for k in ["stalls", "exchanges", "time_lost_ms"] {
         assert!(f[k].is_number(), "{k}");
     }
-    for k in ["p50", "p90", "max"] {
+    for k in ["p50", "p90", "p99", "max"] {
         assert!(f["stall_ms"][k].is_number(), "stall_ms.{k}");
     }
     assert!(f["example_frames"].as_array().is_some_and(|a| !a.is_empty()));

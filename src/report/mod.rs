@@ -101,6 +101,8 @@ pub struct Spread {
     pub p50: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
     /// Largest.
     pub max: f64,
 }

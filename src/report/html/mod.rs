@@ -140,7 +140,7 @@ fn servers(bs: &[Breakdown]) -> Markup {
                     }
                     (chart::histogram(
                         &[Series { name: "exchanges", class: "a", hist: &b.latency_histogram }],
-                        &[("p50".into(), b.total_spread_ms.p50), ("p90".into(), b.total_spread_ms.p90), ("max".into(), b.total_spread_ms.max)],
+                        &chart::percentiles("", b.total_spread_ms.p50, b.total_spread_ms.p90, b.total_spread_ms.p99, b.total_spread_ms.max),
                     ))
                     p.note { "Mean exchange:" }
                     (chart::breakdown(&mean_times(b)))
@@ -269,7 +269,7 @@ pub fn bench(r: &BenchReport) -> String {
                 h2 { "Latency" }
                 (chart::histogram(
                     &[Series { name: "requests", class: "a", hist: &r.latency_histogram }],
-                    &[("p50".into(), l.p50), ("p90".into(), l.p90), ("p99".into(), l.p99), ("max".into(), l.max)],
+                    &chart::percentiles("", l.p50, l.p90, l.p99, l.max),
                 ))
                 table {
                     thead { tr { th { "" } th.num { "p50" } th.num { "p90" } th.num { "p99" } th.num { "max" } } }
@@ -315,8 +315,15 @@ pub fn diagnose(r: &DiagnoseReport, cmp: Option<&Comparison>) -> String {
         if let Some(h) = &c.after.latency_histogram {
             series.push(Series { name: "after, under load", class: "c", hist: h });
         }
-        marks.extend(c.before.p50_ms.map(|p| ("before p50".to_string(), p)));
-        marks.extend(c.after.p50_ms.map(|p| ("after p50".to_string(), p)));
+        // A comparison keeps p50 and p99 of each side (`--before` reads them from a JSON file).
+        for (name, p) in [
+            ("before p50", c.before.p50_ms),
+            ("before p99", c.before.p99_ms),
+            ("after p50", c.after.p50_ms),
+            ("after p99", c.after.p99_ms),
+        ] {
+            marks.extend(p.map(|p| (name.to_string(), p)));
+        }
     } else {
         for (name, class, s) in [
             ("one request alone", "c", &r.alone),
@@ -327,9 +334,8 @@ pub fn diagnose(r: &DiagnoseReport, cmp: Option<&Comparison>) -> String {
                 series.push(Series { name, class, hist: &s.latency_histogram });
             }
         }
-        if let Some(l) = &r.load {
-            marks.push(("load p50".into(), l.latency.p50));
-            marks.push(("load p99".into(), l.latency.p99));
+        if let Some(d) = r.load.as_ref().map(|l| &l.latency) {
+            marks = chart::percentiles("load ", d.p50, d.p90, d.p99, d.max);
         }
     }
     let cap = r.capture.as_ref();
