@@ -8,6 +8,7 @@ pub mod html;
 pub mod inspect;
 mod ladder;
 pub mod probe;
+pub mod progress;
 pub mod style;
 pub(crate) mod text;
 pub mod trace;
