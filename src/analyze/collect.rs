@@ -2,7 +2,7 @@
 //! folds what they observe into the file's aggregates, connection rows and ladders.
 
 use super::Options;
-use super::agg::{FileResult, STALLED_PER_CONN, ServerAgg};
+use super::agg::{FileResult, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg};
 use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
 use crate::report::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
 use crate::tcp::table::Totals;
@@ -39,6 +39,8 @@ struct Acc {
     /// The current exchange's first rows, and its stall so far.
     cur: Vec<Row>,
     cur_stall: i64,
+    /// An exchange of this connection ended stalled.
+    stalled_exchange: bool,
     /// This connection's worst stalled exchanges (stall ns, rows, times), worst first.
     stalled: Vec<(i64, Vec<Row>, Times)>,
     /// Its slowest exchange (rows, times), while it has not stalled.
@@ -55,11 +57,20 @@ pub(super) struct Collector<'o> {
     /// Server aggregates while collecting; moved into `r.servers` at the end.
     slots: Vec<(Endpoint, ServerAgg)>,
     slot_of: FxHashMap<Endpoint, usize>,
+    /// Connections with a stalled exchange so far, open or closed.
+    stalled_conns: usize,
 }
 
 impl<'o> Collector<'o> {
     pub(super) fn new(file_tag: Option<usize>, opts: &'o Options) -> Collector<'o> {
-        Collector { file_tag, opts, r: FileResult::default(), slots: Vec::new(), slot_of: FxHashMap::default() }
+        Collector {
+            file_tag,
+            opts,
+            r: FileResult::default(),
+            slots: Vec::new(),
+            slot_of: FxHashMap::default(),
+            stalled_conns: 0,
+        }
     }
 
     /// The file's results, once every connection is closed.
@@ -136,11 +147,15 @@ impl<'o> Collector<'o> {
         // report: ranks only worsen as the connection goes on, so this check is safe.
         // A replaced exchange's buffer takes the next exchange's rows.
         if st.cur_stall > 0 {
+            self.stalled_conns += usize::from(!std::mem::replace(&mut st.stalled_exchange, true));
+            // Once enough connections have a stalled exchange, each one's worst fills the report.
+            let per_conn = if self.stalled_conns >= STALLED_LADDERS { 1 } else { STALLED_PER_CONN };
             let at = st.stalled.partition_point(|w| w.0 >= st.cur_stall);
-            if at < STALLED_PER_CONN && self.r.stalled.worth((at, -st.cur_stall)) {
-                let spare = if st.stalled.len() == STALLED_PER_CONN { st.stalled.pop() } else { None };
+            if at < per_conn && self.r.stalled.worth((at, -st.cur_stall)) {
+                let spare = if st.stalled.len() >= per_conn { st.stalled.pop() } else { None };
                 let rows = std::mem::replace(&mut st.cur, spare.map(|w| w.1).unwrap_or_default());
                 st.stalled.insert(at, (st.cur_stall, rows, times));
+                st.stalled.truncate(per_conn);
             }
         } else if st.stalls == [0, 0]
             && st.slowest.as_ref().is_none_or(|w| times.total > w.1.total)
