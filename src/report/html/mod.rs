@@ -1,6 +1,6 @@
 //! Self-contained HTML reports (`--html FILE`): the verdict and fix first,
-//! then the packet ladder of the stalled exchanges, latency histograms and
-//! the connection table. Everything is inline (no scripts, fonts or images
+//! then packet ladders (the worst stalled exchanges, the slowest of connections
+//! that never stalled), latency histograms and the connection table. Everything is inline (no scripts, fonts or images
 //! from elsewhere), so the file works offline and can be attached to a ticket.
 
 mod chart;
