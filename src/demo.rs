@@ -86,7 +86,8 @@ pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<L
     let mut cases = Vec::new();
     for (label, s) in &servers {
         say(&format!("== {label} {}: {}\n", s.url(), s.mode().describe()));
-        let d = diagnose::run(&diagnose::Options { url: s.url(), ..o.clone() }, say).map_err(|e| e.to_string())?;
+        let d = diagnose::run(&diagnose::Options { url: s.url(), ..o.clone() }, say, &mut |_| {})
+            .map_err(|e| e.to_string())?;
         say(&render_verdict(&d));
         say("\n");
         cases.push(Case { label, server: s.mode().describe(), diagnosis: d });
@@ -97,7 +98,8 @@ pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<L
     let a = &servers[0].1;
     a.set_nodelay(true);
     say(&format!("== (a) again, after switching it to TCP_NODELAY (the fix): {}\n", a.url()));
-    let after = diagnose::run(&diagnose::Options { url: a.url(), ..o.clone() }, say).map_err(|e| e.to_string())?;
+    let after =
+        diagnose::run(&diagnose::Options { url: a.url(), ..o.clone() }, say, &mut |_| {}).map_err(|e| e.to_string())?;
     say(&render_verdict(&after));
     let fix = Comparison::new(Summary::of(&cases[0].diagnosis), Summary::of(&after));
     say(&crate::report::diagnose::render_comparison(&fix));

@@ -114,13 +114,18 @@ impl Dist {
         }
         self.max_us as f64
     }
-    /// Median, 90th percentile and maximum, ms.
+    /// Median, 90th and 99th percentiles and maximum, ms.
     pub fn spread(&self) -> Spread {
         if self.n == 0 {
             return Spread::default();
         }
         let r = |us: f64| (us / 1e3 * 1e3).round() / 1e3;
-        Spread { p50: r(self.quantile_us(0.5)), p90: r(self.quantile_us(0.9)), max: r(self.max_us as f64) }
+        Spread {
+            p50: r(self.quantile_us(0.5)),
+            p90: r(self.quantile_us(0.9)),
+            p99: r(self.quantile_us(0.99)),
+            max: r(self.max_us as f64),
+        }
     }
 }
 
@@ -244,6 +249,7 @@ mod tests {
         let s = d.spread();
         assert!((s.p50 - 50.0).abs() <= 50.0 * 0.005, "{s:?}");
         assert!((s.p90 - 90.0).abs() <= 90.0 * 0.005, "{s:?}");
+        assert!((s.p99 - 99.0).abs() <= 99.0 * 0.005, "{s:?}");
         assert_eq!(s.max, 100.0);
     }
 

@@ -59,7 +59,8 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
         }
     };
     m.conns.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(num(&a.id).cmp(&num(&b.id))));
-    let stalled_exchanges: Vec<report::Ladder> = m.stalled.drain(..).map(|w| w.1).collect();
+    let stalled_exchanges = std::mem::take(&mut m.stalled).into_ladders();
+    let slowest_exchanges = std::mem::take(&mut m.slowest).into_ladders();
     let ladder = m.flow.take().or(stalled_exchanges.first().cloned());
     Report {
         schema: report::SCHEMA_VERSION,
@@ -71,6 +72,7 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
         connections_omitted: m.conns_omitted,
         ladder,
         stalled_exchanges,
+        slowest_exchanges,
         warnings: m.warnings,
     }
 }

@@ -250,11 +250,30 @@ fn json_contract() {
     for k in ["stalls", "exchanges", "time_lost_ms"] {
         assert!(f[k].is_number(), "{k}");
     }
-    for k in ["p50", "p90", "max"] {
+    for k in ["p50", "p90", "p99", "max"] {
         assert!(f["stall_ms"][k].is_number(), "stall_ms.{k}");
     }
     assert!(f["example_frames"].as_array().is_some_and(|a| !a.is_empty()));
     assert_eq!(v["schema"], 1);
+    // The worst stalled exchange's rows: the request, then the small segment.
+    assert_eq!(v["ladder"]["rows"][1]["flags"], "P.");
+    assert_eq!(v["ladder"]["rows"][1]["mark"], "small_unacked");
+    let stalled = v["stalled_exchanges"].as_array().unwrap();
+    assert_eq!(stalled.len(), 3, "its one connection's worst three stalls");
+    assert!(stalled.iter().all(|l| l["connection"] == "1" && l["times"]["stall_ms"].as_f64() > Some(40.0)));
+    assert_eq!(v["slowest_exchanges"], serde_json::json!([]), "its one connection stalled");
+}
+
+#[test]
+fn a_capture_without_a_stall_offers_its_slowest_exchange() {
+    let out = bin().args(["analyze", "--json"]).arg(data("think45.pcap")).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(v["stalled_exchanges"], serde_json::json!([]));
+    let slow = v["slowest_exchanges"].as_array().unwrap();
+    assert_eq!(slow.len(), 1);
+    // 45 ms of server think time, the slowest of the connection's 30 exchanges.
+    assert!(slow[0]["times"]["think_ms"].as_f64().is_some_and(|t| t > 45.0), "{:#}", slow[0]);
+    assert_eq!(slow[0]["title"], "Slowest exchange: connection 1, 47.0 ms (no stall)");
 }
 
 #[test]

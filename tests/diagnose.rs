@@ -143,6 +143,45 @@ fn lab_servers_nagle_control_and_think_decoy() {
     }
 }
 
+/// Whether `s` has an SGR (colour or weight) escape: ESC [ digits and `;` then `m`.
+fn has_sgr(s: &str) -> bool {
+    s.split("\x1b[").skip(1).any(|rest| {
+        let end = rest.find(|c: char| !c.is_ascii_digit() && c != ';');
+        end.is_some_and(|i| rest[i..].starts_with('m'))
+    })
+}
+
+/// On a terminal the load steps draw bench's progress bar on stderr, in no colour under
+/// `NO_COLOR`; into a pipe there is none.
+#[test]
+fn load_steps_show_a_progress_bar_on_a_terminal_only() {
+    if !common::require("script") {
+        return;
+    }
+    assert!(has_sgr("a\x1b[1;31mb") && !has_sgr("\x1b[2K\x1b[1A"), "the SGR check itself");
+    let _g = serial();
+    let (_p, servers) = lab(&[]);
+    let nagle = url_of(&servers, "nagle");
+    let cmd = format!("{} diagnose {nagle} --no-capture --no-inspect", env!("CARGO_BIN_EXE_tcpdoctor"));
+    // `script` gives the command a pseudo-terminal; its stdout and stderr both land in the output.
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("TERM", "xterm")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The 2 s load and the 1.5 s quick-ACK run, each with its bar, then the step lines.
+    // (`░` is indicatif's empty bar.)
+    assert!(text.contains("  load ░") && text.contains("1s/2s  ") && text.contains(" req/s"), "{text:?}");
+    assert!(text.contains("  quick-ACK ░"), "{text:?}");
+    assert!(text.contains("[2/6] Under load") && text.contains("[3/6] Quick-ACK A/B"), "{text:?}");
+    assert!(!has_sgr(&text), "NO_COLOR: cursor moves only, no colour: {text:?}");
+    let piped = bin().args(["diagnose", nagle, "--no-capture", "--no-inspect"]).output().unwrap();
+    let err = String::from_utf8_lossy(&piped.stderr);
+    assert!(!err.contains("req/s") && !err.contains('\x1b'), "no bar into a pipe: {err:?}");
+}
+
 #[test]
 fn nginx_tcp_nodelay_off_stalls_and_on_does_not() {
     if !common::require("nginx") {

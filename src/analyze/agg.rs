@@ -12,20 +12,40 @@ use std::net::IpAddr;
 
 /// Stalled-exchange ladders kept for the report.
 pub(crate) const STALLED_LADDERS: usize = 20;
+/// Stalled exchanges a connection offers: its worst few.
+pub(crate) const STALLED_PER_CONN: usize = 3;
+/// Ladders kept of the slowest exchange of connections that did not stall.
+pub(crate) const SLOWEST_LADDERS: usize = 10;
 
-/// Whether a ladder with this stall time would be among the [`STALLED_LADDERS`] worst.
-pub(crate) fn worth_keeping(v: &[(i64, Ladder)], stall: i64) -> bool {
-    v.len() < STALLED_LADDERS || v.last().is_some_and(|w| w.0 < stall)
-}
+/// Where a ladder ranks, best first: (its rank within its connection, minus its
+/// stall or total time, ns). Each connection's worst stalled exchange thus comes
+/// before any connection's second worst.
+pub(crate) type Rank = (usize, i64);
 
-/// Keeps `l` if it is among the [`STALLED_LADDERS`] worst (by stall time; earlier first on ties).
-pub(crate) fn keep_stalled(v: &mut Vec<(i64, Ladder)>, stall: i64, l: Ladder) {
-    if !worth_keeping(v, stall) {
-        return;
+/// The `N` best-ranked ladders (earlier first on ties).
+#[derive(Default)]
+pub(crate) struct Kept<const N: usize>(pub(crate) Vec<(Rank, Ladder)>);
+
+impl<const N: usize> Kept<N> {
+    /// Whether a ladder ranked `r` would be kept (so its rows are worth holding on to).
+    pub(crate) fn worth(&self, r: Rank) -> bool {
+        self.0.len() < N || self.0.last().is_some_and(|w| r < w.0)
     }
-    let at = v.partition_point(|w| w.0 >= stall);
-    v.insert(at, (stall, l));
-    v.truncate(STALLED_LADDERS);
+
+    /// Keeps `l` if it ranks among the `N` best.
+    pub(crate) fn keep(&mut self, r: Rank, l: Ladder) {
+        if !self.worth(r) {
+            return;
+        }
+        let at = self.0.partition_point(|w| w.0 <= r);
+        self.0.insert(at, (r, l));
+        self.0.truncate(N);
+    }
+
+    /// The ladders, best first.
+    pub(crate) fn into_ladders(self) -> Vec<Ladder> {
+        self.0.into_iter().map(|w| w.1).collect()
+    }
 }
 
 /// Example frames kept per finding.
@@ -86,8 +106,10 @@ pub(crate) struct FileResult {
     pub(crate) conns: Vec<report::Connection>,
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
-    /// Ladders of the worst stalled exchanges (one per connection), worst first, at most [`STALLED_LADDERS`].
-    pub(crate) stalled: Vec<(i64, Ladder)>,
+    /// Ladders of the worst stalled exchanges, at most [`STALLED_PER_CONN`] per connection.
+    pub(crate) stalled: Kept<STALLED_LADDERS>,
+    /// Ladders of the slowest exchange of connections without a stall.
+    pub(crate) slowest: Kept<SLOWEST_LADDERS>,
     pub(crate) flow: Option<Ladder>,
     pub(crate) warnings: Vec<String>,
 }
@@ -247,10 +269,43 @@ impl FileResult {
         }
         self.conns.extend(f.conns);
         self.conns_omitted += f.conns_omitted;
-        for (stall, l) in f.stalled {
-            keep_stalled(&mut self.stalled, stall, l);
+        for (r, l) in f.stalled.0 {
+            self.stalled.keep(r, l);
+        }
+        for (r, l) in f.slowest.0 {
+            self.slowest.keep(r, l);
         }
         self.flow = self.flow.take().or(f.flow);
         self.warnings.extend(f.warnings);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ladder(title: &str) -> Ladder {
+        Ladder {
+            connection: String::new(),
+            title: title.into(),
+            client: String::new(),
+            server: String::new(),
+            rows: vec![],
+            truncated: false,
+            times: None,
+        }
+    }
+
+    #[test]
+    fn every_connection_s_worst_comes_before_any_second_worst() {
+        let mut k = Kept::<3>::default();
+        k.keep((1, -90), ladder("a #2"));
+        k.keep((0, -40), ladder("b #1"));
+        k.keep((0, -50), ladder("a #1"));
+        k.keep((0, -40), ladder("c #1, tied with b: after it"));
+        assert!(!k.worth((1, -1000)) && !k.worth((0, -40)) && k.worth((0, -41)));
+        k.keep((2, -500), ladder("not kept"));
+        let titles: Vec<String> = k.into_ladders().into_iter().map(|l| l.title).collect();
+        assert_eq!(titles, ["a #1", "b #1", "c #1, tied with b: after it"]);
     }
 }

@@ -2,7 +2,7 @@
 //! folds what they observe into the file's aggregates, connection rows and ladders.
 
 use super::Options;
-use super::agg::{FileResult, ServerAgg, keep_stalled, worth_keeping};
+use super::agg::{FileResult, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg};
 use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
 use crate::report::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
 use crate::tcp::table::Totals;
@@ -10,7 +10,7 @@ use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, Side, Sink};
 use crate::wire::{Endpoint, Segment};
 use rustc_hash::FxHashMap;
 
-/// Rows kept for the worst-exchange ladder of each connection.
+/// Rows kept for an exchange's ladder.
 const EXCHANGE_ROWS: usize = 48;
 /// Application time at or above which an exchange counts as slow.
 pub const SLOW_THINK_NS: i64 = 10_000_000;
@@ -36,9 +36,15 @@ struct Acc {
     stalls: [u64; 2],
     retrans: u64,
     lost_ns: i64,
+    /// The current exchange's first rows, and its stall so far.
     cur: Vec<Row>,
     cur_stall: i64,
-    worst: Option<(i64, Vec<Row>, ExchangeTimes)>,
+    /// An exchange of this connection ended stalled.
+    stalled_exchange: bool,
+    /// This connection's worst stalled exchanges (stall ns, rows, times), worst first.
+    stalled: Vec<(i64, Vec<Row>, Times)>,
+    /// Its slowest exchange (rows, times), while it has not stalled.
+    slowest: Option<(Vec<Row>, Times)>,
     flow: Option<Vec<Row>>,
     flow_truncated: bool,
     flow_checked: bool,
@@ -51,11 +57,20 @@ pub(super) struct Collector<'o> {
     /// Server aggregates while collecting; moved into `r.servers` at the end.
     slots: Vec<(Endpoint, ServerAgg)>,
     slot_of: FxHashMap<Endpoint, usize>,
+    /// Connections with a stalled exchange so far, open or closed.
+    stalled_conns: usize,
 }
 
 impl<'o> Collector<'o> {
     pub(super) fn new(file_tag: Option<usize>, opts: &'o Options) -> Collector<'o> {
-        Collector { file_tag, opts, r: FileResult::default(), slots: Vec::new(), slot_of: FxHashMap::default() }
+        Collector {
+            file_tag,
+            opts,
+            r: FileResult::default(),
+            slots: Vec::new(),
+            slot_of: FxHashMap::default(),
+            stalled_conns: 0,
+        }
     }
 
     /// The file's results, once every connection is closed.
@@ -100,6 +115,8 @@ impl<'o> Collector<'o> {
         st.stalls[s.nagle.idx()] += 1;
         st.lost_ns = st.lost_ns.saturating_add(s.stall_ns);
         st.cur_stall = st.cur_stall.saturating_add(s.stall_ns);
+        // Only connections that never stalled offer their slowest exchange.
+        st.slowest = None;
         self.r.nagle.entry(info.endpoint(s.nagle)).or_default().add(info.endpoint(s.nagle.other()).ip, &s);
         for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
             for r in rows.iter_mut() {
@@ -124,27 +141,61 @@ impl<'o> Collector<'o> {
     fn exchange(&mut self, info: &ConnInfo, st: &mut Acc, x: Exchange) {
         st.exchanges += 1;
         let times = x.times(info.rtt_to(Side::Client), info.rtt_to(Side::Server));
-        let Times { network, think, transfer, stall, total, .. } = times;
         let slot = self.server_slot(info, st);
         self.slots[slot].1.add_exchange(&times, &x);
-        // Close the ladder of the exchange that just ended.
-        if st.cur_stall > 0 && st.worst.as_ref().is_none_or(|w| st.cur_stall > w.0) {
-            let times = ExchangeTimes {
-                total_ms: report::ms(total),
-                network_ms: report::ms(network),
-                think_ms: report::ms(think),
-                transfer_ms: report::ms(transfer),
-                stall_ms: report::ms(stall),
-                loss_ms: report::ms(x.loss),
-            };
-            st.worst = Some((st.cur_stall, std::mem::take(&mut st.cur), times));
+        // The exchange that just ended keeps its rows only if its ladder could make the
+        // report: ranks only worsen as the connection goes on, so this check is safe.
+        // A replaced exchange's buffer takes the next exchange's rows.
+        if st.cur_stall > 0 {
+            self.stalled_conns += usize::from(!std::mem::replace(&mut st.stalled_exchange, true));
+            // Once enough connections have a stalled exchange, each one's worst fills the report.
+            let per_conn = if self.stalled_conns >= STALLED_LADDERS { 1 } else { STALLED_PER_CONN };
+            let at = st.stalled.partition_point(|w| w.0 >= st.cur_stall);
+            if at < per_conn && self.r.stalled.worth((at, -st.cur_stall)) {
+                let spare = if st.stalled.len() >= per_conn { st.stalled.pop() } else { None };
+                let rows = std::mem::replace(&mut st.cur, spare.map(|w| w.1).unwrap_or_default());
+                st.stalled.insert(at, (st.cur_stall, rows, times));
+                st.stalled.truncate(per_conn);
+            }
+        } else if st.stalls == [0, 0]
+            && st.slowest.as_ref().is_none_or(|w| times.total > w.1.total)
+            && self.r.slowest.worth((0, -times.total))
+        {
+            let spare = st.slowest.take().map(|w| w.0).unwrap_or_default();
+            st.slowest = Some((std::mem::replace(&mut st.cur, spare), times));
         }
         st.cur.clear();
         st.cur_stall = 0;
     }
+
+    /// A ladder of `rows` of this connection.
+    fn ladder(info: &ConnInfo, id: &str, title: String, rows: Vec<Row>, times: Option<ExchangeTimes>) -> Ladder {
+        let mut l = Ladder {
+            connection: id.to_string(),
+            title,
+            client: info.client.to_string(),
+            server: info.server.to_string(),
+            rows,
+            truncated: false,
+            times,
+        };
+        l.finish_times();
+        l
+    }
 }
 
-fn row(ev: &Event) -> Row {
+fn exchange_times(t: &Times) -> ExchangeTimes {
+    ExchangeTimes {
+        total_ms: report::ms(t.total),
+        network_ms: report::ms(t.network),
+        think_ms: report::ms(t.think),
+        transfer_ms: report::ms(t.transfer),
+        stall_ms: report::ms(t.stall),
+        loss_ms: report::ms(t.loss),
+    }
+}
+
+fn row(ev: &Event, flags: u8) -> Row {
     let (kind, seq, len) = match ev.kind {
         EventKind::Syn { .. } => (RowKind::Syn, 0, 0),
         EventKind::Data { seq, len, class } => (
@@ -167,6 +218,7 @@ fn row(ev: &Event) -> Row {
         t_ms: 0.0,
         from: ev.from,
         kind,
+        flags,
         seq,
         len,
         ack: ev.ack,
@@ -193,7 +245,7 @@ impl Sink<ConnState> for Collector<'_> {
             self.observe(info, st, o);
         });
         if st.cur.len() < EXCHANGE_ROWS || st.flow.is_some() {
-            let mut r = row(ev);
+            let mut r = row(ev, seg.flags.0);
             if held {
                 r.mark = Some(Mark::Held);
             }
@@ -230,32 +282,27 @@ impl Sink<ConnState> for Collector<'_> {
                 a.connections += 1;
             }
         }
-        if let Some((stall, rows, times)) = st.worst.take()
-            && worth_keeping(&self.r.stalled, stall)
-        {
-            let mut l = Ladder {
-                connection: id.clone(),
-                title: format!("Worst stalled exchange: connection {id}, {} lost", crate::report::text::dur(stall)),
-                client: info.client.to_string(),
-                server: info.server.to_string(),
-                rows,
-                truncated: false,
-                times: Some(times),
+        let dur = crate::report::text::dur;
+        for (rank, (stall, rows, times)) in std::mem::take(&mut st.stalled).into_iter().enumerate() {
+            if !self.r.stalled.worth((rank, -stall)) {
+                break;
+            }
+            let title = match rank {
+                0 => format!("Worst stalled exchange: connection {id}, {} lost", dur(stall)),
+                n => format!("Worst stalled exchange #{}: connection {id}, {} lost", n + 1, dur(stall)),
             };
-            l.finish_times();
-            keep_stalled(&mut self.r.stalled, stall, l);
+            self.r.stalled.keep((rank, -stall), Self::ladder(info, &id, title, rows, Some(exchange_times(&times))));
+        }
+        if let Some((rows, times)) = st.slowest.take()
+            && self.r.slowest.worth((0, -times.total))
+        {
+            let title = format!("Slowest exchange: connection {id}, {} (no stall)", dur(times.total));
+            self.r.slowest.keep((0, -times.total), Self::ladder(info, &id, title, rows, Some(exchange_times(&times))));
         }
         if let Some(rows) = st.flow.take() {
-            let mut l = Ladder {
-                connection: id.clone(),
-                title: format!("Connection {id}: {} → {}", info.client, info.server),
-                client: info.client.to_string(),
-                server: info.server.to_string(),
-                rows,
-                truncated: st.flow_truncated,
-                times: None,
-            };
-            l.finish_times();
+            let title = format!("Connection {id}: {} → {}", info.client, info.server);
+            let mut l = Self::ladder(info, &id, title, rows, None);
+            l.truncated = st.flow_truncated;
             self.r.flow = Some(l);
         }
         let rtt = match (info.rtt_to[0], info.rtt_to[1]) {

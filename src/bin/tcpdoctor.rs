@@ -419,24 +419,10 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         Ok(h) => h,
         Err(code) => return code,
     };
-    // Hidden by indicatif itself when stderr is not a terminal.
-    let bar = indicatif::ProgressBar::new(a.duration.as_millis() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("  {bar:30} {elapsed:>3}/{msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let total = a.duration;
-    let mut progress = |t: std::time::Duration, n: u64| {
-        bar.set_position(t.as_millis() as u64);
-        bar.set_message(format!(
-            "{:.0}s  {n} requests  {:.0} req/s",
-            total.as_secs_f64(),
-            n as f64 / t.as_secs_f64().max(1e-3)
-        ));
-    };
+    let bar = report::progress::RunBar::new("", a.duration);
     tcpdoctor::interrupt::catch();
-    let result = tcpdoctor::measure::bench::run(&o, &mut progress);
-    bar.finish_and_clear();
+    let result = tcpdoctor::measure::bench::run(&o, &mut |t, n| bar.update(t, n));
+    drop(bar);
     match result {
         Ok(r) => {
             if a.json {
@@ -806,8 +792,15 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
             print(line)
         }
     };
+    // The load steps' bars, as bench draws its own.
+    let mut bar = None;
+    let mut progress = |p: diagnose::Progress| match p {
+        diagnose::Progress::Start(what, total) => bar = Some(report::progress::RunBar::new(what, total)),
+        diagnose::Progress::Tick(t, n) => bar.iter().for_each(|b| b.update(t, n)),
+        diagnose::Progress::End => bar = None,
+    };
     if let Some(after) = &a.verify {
-        return match diagnose::verify(&o, after, &mut say) {
+        return match diagnose::verify(&o, after, &mut say, &mut progress) {
             Ok((before, after, c)) => {
                 if json {
                     print_json(&serde_json::json!({ "before": before, "after": after, "comparison": c }));
@@ -838,7 +831,7 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
     if !json {
         print(&format!("tcpdoctor diagnose {}\n", a.url));
     }
-    match (diagnose::run(&o, &mut say), before) {
+    match (diagnose::run(&o, &mut say, &mut progress), before) {
         (Ok(r), Some(before)) => {
             let c = report::diagnose::Comparison::new(before, report::diagnose::Summary::of(&r));
             if json {

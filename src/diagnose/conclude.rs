@@ -576,6 +576,7 @@ mod tests {
             findings: vec![Finding::Retransmission(f)],
             breakdown: vec![],
             stalled_exchanges: vec![],
+            slowest_exchanges: vec![],
             connections: vec![],
         }
     }

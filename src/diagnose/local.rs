@@ -143,6 +143,7 @@ pub fn finish_capture(c: Running, missing: &mut Vec<String>) -> Option<CaptureSt
         findings: r.findings,
         breakdown: r.breakdown,
         stalled_exchanges: r.stalled_exchanges,
+        slowest_exchanges: r.slowest_exchanges,
         connections: r.connections.into_iter().take(100).collect(),
     })
 }

@@ -57,6 +57,17 @@ impl Default for Options {
     }
 }
 
+/// Where a timed step is, for a progress display.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress {
+    /// A timed step began: what it is and how long it runs.
+    Start(&'static str, Duration),
+    /// Time into the step and responses so far (about once a second).
+    Tick(Duration, u64),
+    /// The step ended; its line comes next.
+    End,
+}
+
 /// A diagnosis that could not start (bad URL, unknown host).
 #[derive(Debug)]
 pub struct DiagnoseError(pub String);
@@ -68,8 +79,12 @@ impl std::fmt::Display for DiagnoseError {
 }
 
 /// Runs the method against one URL. `say` gets each step's line as soon as
-/// the step ends.
-pub fn run(o: &Options, say: &mut dyn FnMut(&str)) -> Result<DiagnoseReport, DiagnoseError> {
+/// the step ends; `progress` hears how the timed (load) steps go.
+pub fn run(
+    o: &Options,
+    say: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Progress),
+) -> Result<DiagnoseReport, DiagnoseError> {
     let start = Instant::now();
     let (authority, host, port, path) = bench::split_url(&o.url).map_err(|e| DiagnoseError(e.0))?;
     let addr = (host.as_str(), port)
@@ -118,11 +133,11 @@ pub fn run(o: &Options, say: &mut dyn FnMut(&str)) -> Result<DiagnoseReport, Dia
         missing: Vec::new(),
     };
     if alone.step.requests > 0 {
-        let (load, capture, server) = load_step(o, addr, local, say, &mut missing);
+        let (load, capture, server) = load_step(o, addr, local, say, progress, &mut missing);
         report.load = load;
         report.capture = capture;
         report.server = server;
-        report.quickack = experiment(o, &alone.step, report.load.as_ref(), say, &mut missing);
+        report.quickack = experiment(o, &alone.step, report.load.as_ref(), say, progress, &mut missing);
         // Steps 4 and 5 ran beside the load; they are printed in the method's order.
         if let Some(c) = &report.capture {
             say(&step_line(4, "Capture", &local::capture_line(c)));
@@ -155,12 +170,13 @@ pub fn verify(
     o: &Options,
     after_url: &str,
     say: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Progress),
 ) -> Result<(DiagnoseReport, DiagnoseReport, Comparison), DiagnoseError> {
     say(&format!("== before: {}\n", o.url));
-    let before = run(o, say)?;
+    let before = run(o, say, progress)?;
     say(&crate::report::diagnose::render_verdict(&before));
     say(&format!("\n== after: {after_url}\n"));
-    let after = run(&Options { url: after_url.to_string(), ..o.clone() }, say)?;
+    let after = run(&Options { url: after_url.to_string(), ..o.clone() }, say, progress)?;
     say(&crate::report::diagnose::render_verdict(&after));
     let c = Comparison::new(Summary::of(&before), Summary::of(&after));
     Ok((before, after, c))
@@ -206,6 +222,20 @@ fn rtt_step(addr: SocketAddr, say: &mut dyn FnMut(&str), missing: &mut Vec<Strin
     }
 }
 
+/// bench's run for a timed step, reported to `progress` from start to end.
+fn timed_bench(
+    o: &Options,
+    what: &'static str,
+    duration: Duration,
+    quickack: bool,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<crate::report::bench::BenchReport, bench::BenchError> {
+    progress(Progress::Start(what, duration));
+    let r = bench::run(&bench_opts(o, duration, quickack), &mut |t, n| progress(Progress::Tick(t, n)));
+    progress(Progress::End);
+    r
+}
+
 fn bench_opts(o: &Options, duration: Duration, quickack: bool) -> bench::Options {
     bench::Options {
         url: o.url.clone(),
@@ -236,6 +266,7 @@ fn load_step(
     addr: SocketAddr,
     local: bool,
     say: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Progress),
     missing: &mut Vec<String>,
 ) -> (Option<LoadStep>, Option<CaptureStep>, Option<ServerStep>) {
     let cap = if o.capture { local::start_capture(o, addr, missing) } else { None };
@@ -251,7 +282,7 @@ fn load_step(
     } else if !o.inspect {
         missing.push("step 5: process inspection turned off (--no-inspect)".into());
     }
-    let result = bench::run(&bench_opts(o, o.load, false), &mut |_, _| {});
+    let result = timed_bench(o, "load ", o.load, false, progress);
     let capture = cap.and_then(|c| local::finish_capture(c, missing));
     let server = inspect.and_then(|i| local::finish_inspect(i, addr.port(), missing));
     let load = match result {
@@ -279,6 +310,7 @@ fn experiment(
     alone: &LoadStep,
     load: Option<&LoadStep>,
     say: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Progress),
     missing: &mut Vec<String>,
 ) -> Option<LoadStep> {
     let load = load?;
@@ -299,7 +331,7 @@ fn experiment(
         ));
         return None;
     }
-    match bench::run(&bench_opts(o, o.experiment, true), &mut |_, _| {}) {
+    match timed_bench(o, "quick-ACK ", o.experiment, true, progress) {
         Ok(r) => {
             let q = LoadStep::of(&r);
             say(&step_line(

@@ -139,8 +139,10 @@ pub struct CaptureStep {
     pub findings: Vec<Finding>,
     /// Where the server's exchange time went.
     pub breakdown: Vec<Breakdown>,
-    /// Ladders of the worst stalled exchanges (at most 20), worst first.
+    /// Ladders of the worst stalled exchanges, as in `analyze`.
     pub stalled_exchanges: Vec<super::Ladder>,
+    /// Ladders of the slowest exchange of connections that never stalled, as in `analyze`.
+    pub slowest_exchanges: Vec<super::Ladder>,
     /// Connections, most time lost first (at most 100).
     pub connections: Vec<super::Connection>,
 }

@@ -52,6 +52,9 @@ pub struct Row {
     pub from: Side,
     /// Kind of segment.
     pub kind: RowKind,
+    /// TCP flags byte, written as tcpdump does (`P.` for PSH+ACK).
+    #[serde(serialize_with = "flags_json")]
+    pub flags: u8,
     /// Relative sequence number.
     pub seq: i64,
     /// Payload bytes.
@@ -100,6 +103,35 @@ pub struct ExchangeTimes {
     pub loss_ms: f64,
 }
 
+/// TCP flags in tcpdump's notation and bit order: `S`, `S.`, `P.`, `FP.`, `.`; `none` when no flag is set.
+pub fn flags_text(f: u8) -> String {
+    const NAMES: [char; 8] = ['F', 'S', 'R', 'P', '.', 'U', 'E', 'W'];
+    let s: String = NAMES.iter().enumerate().filter(|(i, _)| f & (1 << i) != 0).map(|(_, c)| *c).collect();
+    if s.is_empty() { "none".into() } else { s }
+}
+
+fn flags_json<S: serde::Serializer>(f: &u8, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&flags_text(*f))
+}
+
+impl Row {
+    /// The arrow's label: flags, then size and sequence (data), ACK number (pure ACK) or the kind.
+    pub fn label(&self) -> String {
+        let what = match self.kind {
+            RowKind::Syn => (if self.from == Side::Client { "SYN" } else { "SYN-ACK" }).to_string(),
+            RowKind::Data => format!("{} B  seq {}", self.len, self.seq),
+            RowKind::Retransmission => format!("{} B  seq {}  RETRANSMISSION", self.len, self.seq),
+            RowKind::OutOfOrder => format!("{} B  seq {}  out of order", self.len, self.seq),
+            RowKind::Probe => "probe".to_string(),
+            RowKind::Ack if self.window == 0 => format!("ACK {}  win 0", self.ack.unwrap_or(0)),
+            RowKind::Ack => format!("ACK {}", self.ack.unwrap_or(0)),
+            RowKind::Fin => "FIN".to_string(),
+            RowKind::Rst => "RST".to_string(),
+        };
+        format!("[{}] {what}", flags_text(self.flags))
+    }
+}
+
 impl Ladder {
     /// Sets `t_ms` relative to the first row.
     pub fn finish_times(&mut self) {
@@ -117,16 +149,7 @@ impl Ladder {
         let client = format!("{} (client)", self.client);
         let _ = writeln!(out, "   frame   time ms  {client:<w$}  {} (server)", self.server, w = W + 1);
         for r in &self.rows {
-            let what = match r.kind {
-                RowKind::Syn => (if r.from == Side::Client { "SYN" } else { "SYN-ACK" }).to_string(),
-                RowKind::Data => format!("{} B  seq {}", r.len, r.seq),
-                RowKind::Retransmission => format!("{} B  seq {} RETRANSMISSION", r.len, r.seq),
-                RowKind::OutOfOrder => format!("{} B  seq {} out of order", r.len, r.seq),
-                RowKind::Probe => "probe".to_string(),
-                RowKind::Ack => format!("ACK {}", r.ack.unwrap_or(0)),
-                RowKind::Fin => "FIN".to_string(),
-                RowKind::Rst => "RST".to_string(),
-            };
+            let what = r.label();
             let body = W.saturating_sub(what.len() + 4);
             let arrow = if r.from == Side::Client {
                 format!("|-- {what} {}>|", "-".repeat(body))
@@ -144,5 +167,53 @@ impl Ladder {
         if self.truncated {
             let _ = writeln!(out, "   … more segments not shown (raise --ladder-rows)");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_read_as_tcpdump_writes_them() {
+        assert_eq!(flags_text(0x02), "S");
+        assert_eq!(flags_text(0x12), "S.");
+        assert_eq!(flags_text(0x18), "P.");
+        assert_eq!(flags_text(0x19), "FP.");
+        assert_eq!(flags_text(0x04), "R");
+        assert_eq!(flags_text(0xc2), "SEW");
+        assert_eq!(flags_text(0), "none");
+    }
+
+    #[test]
+    fn the_text_ladder_labels_each_segment_with_flags_and_size() {
+        let row = |kind, flags, len, ack| Row {
+            frame: 1,
+            ts_ns: 0,
+            t_ms: 0.0,
+            from: Side::Server,
+            kind,
+            flags,
+            seq: 31007,
+            len,
+            ack,
+            window: 0,
+            mark: None,
+        };
+        let l = Ladder {
+            connection: "1".into(),
+            title: "t".into(),
+            client: "c".into(),
+            server: "s".into(),
+            rows: vec![row(RowKind::Data, 0x18, 238, Some(1)), row(RowKind::Ack, 0x10, 0, Some(5))],
+            truncated: false,
+            times: None,
+        };
+        let mut out = String::new();
+        l.render(&mut out);
+        assert!(out.contains("- [P.] 238 B  seq 31007 --|"), "{out}");
+        assert!(out.contains(" [.] ACK 5  win 0 --|"), "{out}");
+        let json = serde_json::to_value(l.rows[0]).unwrap();
+        assert_eq!(json["flags"], "P.");
     }
 }

@@ -8,6 +8,7 @@ pub mod html;
 pub mod inspect;
 mod ladder;
 pub mod probe;
+pub mod progress;
 pub mod style;
 pub(crate) mod text;
 pub mod trace;
@@ -42,8 +43,11 @@ pub struct Report {
     pub connections_omitted: u64,
     /// Packet ladder of the worst stalled exchange, or of `--flow`.
     pub ladder: Option<Ladder>,
-    /// Ladders of the worst stalled exchanges (one per connection, at most 20), worst first.
+    /// Ladders of the worst stalled exchanges, worst first (at most 20): each connection's
+    /// worst, then the next worst of each (up to 3 per connection).
     pub stalled_exchanges: Vec<Ladder>,
+    /// Ladders of the slowest exchange of connections that never stalled (at most 10), slowest first.
+    pub slowest_exchanges: Vec<Ladder>,
     /// Problems with the input that did not stop the analysis.
     pub warnings: Vec<String>,
 }
@@ -98,6 +102,8 @@ pub struct Spread {
     pub p50: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
     /// Largest.
     pub max: f64,
 }

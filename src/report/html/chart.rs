@@ -31,6 +31,54 @@ fn decade_label(exp: i32) -> String {
     }
 }
 
+/// Rough width of a label in the charts' 11 px font (it only has to keep labels apart).
+fn text_width(s: &str) -> f64 {
+    s.chars().count() as f64 * 6.5
+}
+
+/// Lays out labels beside vertical lines so that no two overlap, nor overlap what `rows`
+/// already holds (x ranges per row): each goes right of its line (left of it near the
+/// right edge), in the first row where it fits. Returns (text x, row, anchored at its end).
+fn place_labels(labels: &[(f64, &str)], right_edge: f64, mut rows: Vec<Vec<(f64, f64)>>) -> Vec<(f64, usize, bool)> {
+    let mut out = Vec::new();
+    for &(x, text) in labels {
+        let w = text_width(text);
+        let end = x + 4.0 + w > right_edge;
+        let (a, b) = if end { (x - 4.0 - w, x - 4.0) } else { (x + 4.0, x + 4.0 + w) };
+        let free = |row: &Vec<(f64, f64)>| row.iter().all(|&(c, d)| b + 4.0 < c || d + 4.0 < a);
+        let row = rows.iter().position(free).unwrap_or(rows.len());
+        if row == rows.len() {
+            rows.push(Vec::new());
+        }
+        rows[row].push((a, b));
+        out.push((if end { x - 4.0 } else { x + 4.0 }, row, end));
+    }
+    out
+}
+
+/// Percentile marks named `{prefix}p50` … `{prefix}max`.
+pub fn percentiles(prefix: &str, p50: f64, p90: f64, p99: f64, max: f64) -> Vec<(String, f64)> {
+    [("p50", p50), ("p90", p90), ("p99", p99), ("max", max)]
+        .into_iter()
+        .map(|(n, v)| (format!("{prefix}{n}"), v))
+        .collect()
+}
+
+/// Marks that would print the same value become one label ("p50, p90 43.9 ms").
+fn merge_marks(marks: &[(String, f64)]) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for (name, v) in marks {
+        match out.iter_mut().find(|(_, w)| ms_label(*w) == ms_label(*v)) {
+            Some((names, _)) => {
+                names.push_str(", ");
+                names.push_str(name);
+            }
+            None => out.push((name.clone(), *v)),
+        }
+    }
+    out.into_iter().map(|(n, v)| (format!("{n} {}", ms_label(v)), v)).collect()
+}
+
 /// One histogram drawn in a chart.
 pub struct Series<'a> {
     /// Legend text.
@@ -39,6 +87,11 @@ pub struct Series<'a> {
     pub class: &'a str,
     /// The data.
     pub hist: &'a Histogram,
+}
+
+/// A series' legend: its name and how many values it has.
+fn legend_text(s: &Series<'_>) -> String {
+    format!("{} ({})", s.name, s.hist.bins.iter().map(|b| b.count).sum::<u64>())
 }
 
 /// Histograms overlaid on one log time axis, with vertical marks (percentiles) and the
@@ -66,15 +119,34 @@ pub fn histogram(series: &[Series<'_>], marks: &[(String, f64)]) -> Markup {
     let y = |share: f64| H - BOTTOM - share / top * (H - TOP - BOTTOM);
     let band =
         |a: f64, b: f64| (x(a.clamp(10f64.powi(e0), 10f64.powi(e1))), x(b.clamp(10f64.powi(e0), 10f64.powi(e1))));
+    let bands: Vec<(f64, f64, &str)> = [(36.0, 52.0, "delayed ACK ~40 ms"), (185.0, 230.0, "RTO / ACK 200 ms")]
+        .into_iter()
+        .map(|(a, b, what)| {
+            let (xa, xb) = band(a, b);
+            (xa, xb, what)
+        })
+        .filter(|(xa, xb, _)| xb - xa > 1.0)
+        .collect();
+    // Band labels sit above the plot, the second a line higher if they would touch.
+    let crowded = bands.len() == 2 && {
+        let half = |i: usize| text_width(bands[i].2) / 2.0;
+        (bands[0].0 + bands[0].1) / 2.0 + half(0) + 4.0 > (bands[1].0 + bands[1].1) / 2.0 - half(1)
+    };
+    // Percentile labels sit inside the plot, below the band labels, in rows that keep them apart.
+    let marks = merge_marks(marks);
+    let labels: Vec<(f64, &str)> = marks.iter().map(|(t, ms)| (x(*ms), t.as_str())).collect();
+    // The legend (more than one series) holds the first rows at the left.
+    let legend: Vec<Vec<(f64, f64)>> = match series.len() {
+        0 | 1 => vec![],
+        _ => series.iter().map(|s| vec![(LEFT + 10.0, LEFT + 26.0 + text_width(&legend_text(s)))]).collect(),
+    };
+    let placed = place_labels(&labels, W - RIGHT, legend);
     html! {
         svg class="chart hist" xmlns="http://www.w3.org/2000/svg" width=(W) height=(H) viewBox=(format!("0 0 {W} {H}")) {
-            @for (a, b, what) in [(36.0, 52.0, "delayed ACK ~40 ms"), (185.0, 230.0, "RTO / ACK 200 ms")] {
-                @let (xa, xb) = band(a, b);
-                @if xb - xa > 1.0 {
-                    g class="band" {
-                        rect x=(xa) y=(TOP) width=(xb - xa) height=(H - TOP - BOTTOM) {}
-                        text x=((xa + xb) / 2.0) y=(TOP - 6.0) text-anchor="middle" { (what) }
-                    }
+            @for (i, (xa, xb, what)) in bands.iter().enumerate() {
+                g class="band" {
+                    rect x=(xa) y=(TOP) width=(xb - xa) height=(H - TOP - BOTTOM) {}
+                    text x=((xa + xb) / 2.0) y=(if crowded && i == 1 { TOP - 18.0 } else { TOP - 6.0 }) text-anchor="middle" { (what) }
                 }
             }
             line class="axisline" x1=(LEFT) y1=(H - BOTTOM) x2=(W - RIGHT) y2=(H - BOTTOM) {}
@@ -97,19 +169,18 @@ pub fn histogram(series: &[Series<'_>], marks: &[(String, f64)]) -> Markup {
                     }
                 }
             }
-            @for (i, (name, ms)) in marks.iter().enumerate() {
-                @let left = x(*ms) > W * 0.7;
-                g class="mark" {
-                    line x1=(x(*ms)) y1=(TOP) x2=(x(*ms)) y2=(H - BOTTOM) {}
-                    text x=(if left { x(*ms) - 4.0 } else { x(*ms) + 4.0 }) y=(TOP + 12.0 + 13.0 * i as f64)
-                        text-anchor=(if left { "end" } else { "start" }) { (name) " " (ms_label(*ms)) }
+            // All lines first, then the labels (with a halo) over them.
+            g class="mark" {
+                @for (xm, _) in &labels { line x1=(xm) y1=(TOP) x2=(xm) y2=(H - BOTTOM) {} }
+                @for ((_, text), (tx, row, end)) in labels.iter().zip(&placed) {
+                    text x=(tx) y=(TOP + 12.0 + 13.0 * *row as f64) text-anchor=(if *end { "end" } else { "start" }) { (text) }
                 }
             }
             @if series.len() > 1 {
                 @for (i, s) in series.iter().enumerate() {
                     g class=(format!("legend {}", s.class)) {
-                        rect x=(LEFT + 10.0) y=(TOP + 4.0 + 16.0 * i as f64) width="10" height="10" {}
-                        text x=(LEFT + 26.0) y=(TOP + 13.0 + 16.0 * i as f64) { (s.name) " (" (total(s.hist) as u64) ")" }
+                        rect x=(LEFT + 10.0) y=(TOP + 3.0 + 13.0 * i as f64) width="9" height="9" {}
+                        text x=(LEFT + 26.0) y=(TOP + 12.0 + 13.0 * i as f64) { (legend_text(s)) }
                     }
                 }
             }
@@ -229,6 +300,44 @@ mod tests {
         assert_eq!(s.matches("<rect").count(), 2 + 1, "two bars and the delayed-ACK band: {s}");
         let empty = histogram(&[Series { name: "x", class: "a", hist: &Histogram::default() }], &[]).into_string();
         assert!(empty.contains("No latencies"));
+    }
+
+    #[test]
+    fn close_percentiles_get_labels_that_do_not_overlap() {
+        let h = Histogram {
+            bins: vec![Bin { lo_ms: 39.8, hi_ms: 44.7, count: 90 }, Bin { lo_ms: 0.1, hi_ms: 0.11, count: 1 }],
+        };
+        let two = [Series { name: "before", class: "b", hist: &h }, Series { name: "after", class: "c", hist: &h }];
+        let marks = percentiles("", 43.9, 43.9, 47.0, 47.9);
+        let s = histogram(&two, &marks).into_string();
+        // Equal values share a label; every line is drawn before any label.
+        assert!(s.contains(">p50, p90 43.9 ms</text>") && s.contains(">p99 47.0 ms</text>"), "{s}");
+        let group = &s[s.find(r#"<g class="mark">"#).unwrap()..];
+        assert!(group.rfind("<line").unwrap() < group.find("<text").unwrap(), "{group}");
+        // On a wide axis the two bands' labels would touch: the second goes a line higher.
+        let wide = Histogram {
+            bins: vec![Bin { lo_ms: 0.001, hi_ms: 0.0011, count: 1 }, Bin { lo_ms: 5000.0, hi_ms: 5500.0, count: 1 }],
+        };
+        let s = histogram(&[Series { name: "x", class: "a", hist: &wide }], &[]).into_string();
+        assert!(s.contains(&format!(r#"y="{}" text-anchor="middle">RTO / ACK 200 ms<"#, TOP - 18.0)), "{s}");
+        assert!(s.contains(&format!(r#"y="{}" text-anchor="middle">delayed ACK ~40 ms<"#, TOP - 6.0)), "{s}");
+        // The layout itself: labels of close lines go to separate rows, clear of the legend.
+        let legend = vec![vec![(66.0, 150.0)], vec![(66.0, 150.0)]];
+        let labels = [(100.0, "p50 1.0 ms"), (104.0, "p90 1.1 ms"), (400.0, "p99 9.0 ms"), (798.0, "max 90 ms")];
+        let placed = place_labels(&labels, 800.0, legend);
+        assert_eq!(placed.iter().map(|p| p.1).collect::<Vec<_>>(), [2, 3, 0, 0], "{placed:?}");
+        assert!(placed[3].2 && placed[3].0 < 798.0, "near the right edge a label goes left of its line");
+        let span = |i: usize| {
+            let (x, _, end) = placed[i];
+            let w = text_width(labels[i].1);
+            if end { (x - w, x) } else { (x, x + w) }
+        };
+        for i in 0..labels.len() {
+            for j in i + 1..labels.len() {
+                let ((a, b), (c, d)) = (span(i), span(j));
+                assert!(placed[i].1 != placed[j].1 || b < c || d < a, "{i} and {j} overlap: {placed:?}");
+            }
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! down to scale, with a break marker where the line would be long and idle.
 
 use crate::report::text::dur;
-use crate::report::{Ladder, Mark, Row, RowKind};
+use crate::report::{Ladder, Mark, Row};
 use crate::tcp::Side;
 use maud::{Markup, html};
 
@@ -47,20 +47,6 @@ fn layout(rows: &[Row]) -> (Vec<f64>, Vec<(usize, i64)>) {
         ys.push(y);
     }
     (ys, breaks)
-}
-
-fn label(r: &Row) -> String {
-    match r.kind {
-        RowKind::Syn => (if r.from == Side::Client { "SYN" } else { "SYN-ACK" }).into(),
-        RowKind::Data => format!("{} B  seq {}", r.len, r.seq),
-        RowKind::Retransmission => format!("{} B  seq {}  RETRANSMISSION", r.len, r.seq),
-        RowKind::OutOfOrder => format!("{} B  seq {}  out of order", r.len, r.seq),
-        RowKind::Probe => "probe".into(),
-        RowKind::Ack if r.window == 0 => format!("ACK {}  win 0", r.ack.unwrap_or(0)),
-        RowKind::Ack => format!("ACK {}", r.ack.unwrap_or(0)),
-        RowKind::Fin => "FIN".into(),
-        RowKind::Rst => "RST".into(),
-    }
 }
 
 fn mark_class(m: Option<Mark>) -> &'static str {
@@ -128,7 +114,7 @@ pub fn svg(l: &Ladder) -> Markup {
                     text class="axis" x="70" y=(y + 4.0) { (format!("{:.3} ms", r.t_ms)) }
                     line x1=(x1) y1=(y) x2=(x2) y2=(y + SLANT) {}
                     path d=(format!("M{} {} l{} -4 l0 8 z", x2, y + SLANT, -9.0 * dir)) {}
-                    text x=((x1 + x2) / 2.0) y=(y - 2.0) text-anchor="middle" { (label(r)) }
+                    text x=((x1 + x2) / 2.0) y=(y - 2.0) text-anchor="middle" { (r.label()) }
                     @if r.mark.is_some() {
                         text class="note" x=(if r.from == Side::Client { CLIENT_X - 8.0 } else { SERVER_X + 8.0 })
                             y=(y + 16.0) text-anchor=(if r.from == Side::Client { "end" } else { "start" }) {
@@ -144,6 +130,7 @@ pub fn svg(l: &Ladder) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::RowKind;
 
     fn row(frame: u64, ms: f64, from: Side, kind: RowKind, mark: Option<Mark>) -> Row {
         Row {
@@ -152,6 +139,7 @@ mod tests {
             t_ms: ms,
             from,
             kind,
+            flags: if kind == RowKind::Data { 0x18 } else { 0x10 },
             seq: 1,
             len: if kind == RowKind::Data { 100 } else { 0 },
             ack: Some(1),
@@ -187,5 +175,6 @@ mod tests {
         let s = svg(&l).into_string();
         assert!(s.contains(r#"<g class="stall">"#) && s.contains("40.0 ms lost"), "{s}");
         assert!(s.contains(r#"class="seg held""#) && s.contains("5.00 s with nothing sent"), "{s}");
+        assert!(s.contains(">[P.] 100 B  seq 1<") && s.contains(">[.] ACK 1<"), "size and flags on each arrow: {s}");
     }
 }

@@ -1,6 +1,6 @@
 //! Self-contained HTML reports (`--html FILE`): the verdict and fix first,
-//! then the packet ladder of the stalled exchanges, latency histograms and
-//! the connection table. Everything is inline (no scripts, fonts or images
+//! then packet ladders (the worst stalled exchanges, the slowest of connections
+//! that never stalled), latency histograms and the connection table. Everything is inline (no scripts, fonts or images
 //! from elsewhere), so the file works offline and can be attached to a ticket.
 
 mod chart;
@@ -59,38 +59,55 @@ fn page(title: &str, body: Markup) -> String {
     .into_string()
 }
 
-/// The stalled-exchange ladders with a picker, each with its time breakdown.
-fn ladders(ls: &[Ladder], none: &str) -> Markup {
+/// The ladders with a picker: a `--flow` connection, the worst stalled exchanges and the
+/// slowest exchange of connections that did not stall, each with its time breakdown.
+/// `none` says why there is no stalled exchange.
+fn ladders(flow: Option<&Ladder>, stalled: &[Ladder], slowest: &[Ladder], none: &str) -> Markup {
+    let all: Vec<&Ladder> = flow.into_iter().chain(stalled).chain(slowest).collect();
+    // Option values index `all`: the groups number on from the flow ladder.
+    let at = usize::from(flow.is_some());
+    let groups = [
+        ("Stalled exchanges, worst first", stalled, at),
+        ("Slowest exchange of connections without a stall", slowest, at + stalled.len()),
+    ];
     html! {
         section #ladder {
-            h2 { "The stalled exchange, packet by packet" }
-            @if ls.is_empty() {
-                p.empty { (none) }
+            h2 { "Exchanges, packet by packet" }
+            @if stalled.is_empty() {
+                p.empty {
+                    (none)
+                    @if !slowest.is_empty() { " Below: the slowest exchange of up to 10 connections." }
+                }
             } @else {
                 p.note {
                     "Client on the left, server on the right, time flowing down to scale (long idle gaps are cut). "
                     "Orange: the small segment Nagle waits on; red: the delayed ACK and the segment Nagle held."
                 }
-                @if ls.len() > 1 {
-                    label {
-                        "Exchange: "
-                        select #ladder-pick {
-                            @for (i, l) in ls.iter().enumerate() {
-                                option value=(i) { (l.title) }
+            }
+            @if all.len() > 1 {
+                label {
+                    "Exchange: "
+                    select #ladder-pick {
+                        @if let Some(l) = flow { option value="0" { (l.title) } }
+                        @for (name, ls, first) in groups {
+                            @if !ls.is_empty() {
+                                optgroup label=(name) {
+                                    @for (i, l) in ls.iter().enumerate() { option value=(first + i) { (l.title) } }
+                                }
                             }
                         }
                     }
                 }
-                @for (i, l) in ls.iter().enumerate() {
-                    div.ladder-view data-i=(i) hidden[i > 0] {
-                        h3 { (l.title) }
-                        @if let Some(t) = &l.times {
-                            (chart::breakdown(t))
-                        }
-                        (ladder::svg(l))
-                        @if l.truncated {
-                            p.note { "More segments exist than are drawn." }
-                        }
+            }
+            @for (i, l) in all.iter().enumerate() {
+                div.ladder-view data-i=(i) hidden[i > 0] {
+                    h3 { (l.title) }
+                    @if let Some(t) = &l.times {
+                        (chart::breakdown(t))
+                    }
+                    (ladder::svg(l))
+                    @if l.truncated {
+                        p.note { "More segments exist than are drawn." }
                     }
                 }
             }
@@ -123,7 +140,7 @@ fn servers(bs: &[Breakdown]) -> Markup {
                     }
                     (chart::histogram(
                         &[Series { name: "exchanges", class: "a", hist: &b.latency_histogram }],
-                        &[("p50".into(), b.total_spread_ms.p50), ("p90".into(), b.total_spread_ms.p90), ("max".into(), b.total_spread_ms.max)],
+                        &chart::percentiles("", b.total_spread_ms.p50, b.total_spread_ms.p90, b.total_spread_ms.p99, b.total_spread_ms.max),
                     ))
                     p.note { "Mean exchange:" }
                     (chart::breakdown(&mean_times(b)))
@@ -196,9 +213,8 @@ fn finding(f: &Finding) -> Markup {
 pub fn analyze(r: &Report) -> String {
     let bad = !r.findings.is_empty();
     let files: Vec<&str> = r.inputs.iter().map(|i| i.file.as_str()).collect();
-    // A `--flow` ladder (no exchange times) comes first, then the worst stalled exchanges.
-    let flow = r.ladder.iter().filter(|l| l.times.is_none()).cloned();
-    let ls: Vec<Ladder> = flow.chain(r.stalled_exchanges.iter().cloned()).collect();
+    // A `--flow` ladder has no exchange times.
+    let flow = r.ladder.as_ref().filter(|l| l.times.is_none());
     page(
         &format!("tcpdoctor: {}", files.join(", ")),
         html! {
@@ -213,7 +229,7 @@ pub fn analyze(r: &Report) -> String {
                 }
                 @for f in &r.findings { (finding(f)) }
             }
-            (ladders(&ls, "No exchange stalled: there is no ladder to draw (analyze --flow ID draws any connection)."))
+            (ladders(flow, &r.stalled_exchanges, &r.slowest_exchanges, "No exchange stalled (analyze --flow ID draws any connection)."))
             (servers(&r.breakdown))
             (connections(&r.connections, r.connections_omitted))
             (warnings(&r.warnings))
@@ -253,7 +269,7 @@ pub fn bench(r: &BenchReport) -> String {
                 h2 { "Latency" }
                 (chart::histogram(
                     &[Series { name: "requests", class: "a", hist: &r.latency_histogram }],
-                    &[("p50".into(), l.p50), ("p90".into(), l.p90), ("p99".into(), l.p99), ("max".into(), l.max)],
+                    &chart::percentiles("", l.p50, l.p90, l.p99, l.max),
                 ))
                 table {
                     thead { tr { th { "" } th.num { "p50" } th.num { "p90" } th.num { "p99" } th.num { "max" } } }
@@ -268,7 +284,7 @@ pub fn bench(r: &BenchReport) -> String {
                 h2 { "Latency over time" }
                 (chart::timeline(&points, r.timeline_step_s))
             }
-            (ladders(&[], "bench sees no packets: run `tcpdoctor diagnose URL --html FILE` (as root) or `tcpdoctor analyze CAPTURE --html FILE` for the ladder."))
+            (ladders(None, &[], &[], "bench sees no packets: run `tcpdoctor diagnose URL --html FILE` (as root) or `tcpdoctor analyze CAPTURE --html FILE` for the ladder."))
         },
     )
 }
@@ -299,8 +315,15 @@ pub fn diagnose(r: &DiagnoseReport, cmp: Option<&Comparison>) -> String {
         if let Some(h) = &c.after.latency_histogram {
             series.push(Series { name: "after, under load", class: "c", hist: h });
         }
-        marks.extend(c.before.p50_ms.map(|p| ("before p50".to_string(), p)));
-        marks.extend(c.after.p50_ms.map(|p| ("after p50".to_string(), p)));
+        // A comparison keeps p50 and p99 of each side (`--before` reads them from a JSON file).
+        for (name, p) in [
+            ("before p50", c.before.p50_ms),
+            ("before p99", c.before.p99_ms),
+            ("after p50", c.after.p50_ms),
+            ("after p99", c.after.p99_ms),
+        ] {
+            marks.extend(p.map(|p| (name.to_string(), p)));
+        }
     } else {
         for (name, class, s) in [
             ("one request alone", "c", &r.alone),
@@ -311,9 +334,8 @@ pub fn diagnose(r: &DiagnoseReport, cmp: Option<&Comparison>) -> String {
                 series.push(Series { name, class, hist: &s.latency_histogram });
             }
         }
-        if let Some(l) = &r.load {
-            marks.push(("load p50".into(), l.latency.p50));
-            marks.push(("load p99".into(), l.latency.p99));
+        if let Some(d) = r.load.as_ref().map(|l| &l.latency) {
+            marks = chart::percentiles("load ", d.p50, d.p90, d.p99, d.max);
         }
     }
     let cap = r.capture.as_ref();
@@ -385,7 +407,7 @@ pub fn diagnose(r: &DiagnoseReport, cmp: Option<&Comparison>) -> String {
                 h2 { "Latency" }
                 (chart::histogram(&series, &marks))
             }
-            (ladders(cap.map_or(&[][..], |c| &c.stalled_exchanges[..]), &no_ladder))
+            (ladders(None, cap.map_or(&[][..], |c| &c.stalled_exchanges[..]), cap.map_or(&[][..], |c| &c.slowest_exchanges[..]), &no_ladder))
             @if let Some(c) = cap {
                 (servers(&c.breakdown))
                 (connections(&c.connections, 0))

@@ -17,7 +17,9 @@
   function cellValue(td) {
     var v = td.getAttribute("data-v");
     if (v !== null) { return parseFloat(v); }
-    return td.textContent.trim().toLowerCase();
+    var text = td.textContent.trim();
+    // Counts sort as numbers ("97" before "128"), other text as text.
+    return /^-?\d+(\.\d+)?$/.test(text) ? parseFloat(text) : text.toLowerCase();
   }
   var tables = document.querySelectorAll("table.sortable");
   for (var t = 0; t < tables.length; t++) {
