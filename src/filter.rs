@@ -46,6 +46,14 @@ pub struct Filter {
 
 const HELP: &str = "supported: [src|dst] host ADDR, [src|dst] net ADDR/LEN, [src|dst] port N, portrange N-M, tcp, ip, ip6, and, or, not, ( )";
 
+/// Deepest nesting of `(` and `not` accepted. The parser, the matcher and
+/// the BPF compiler recurse on nesting; a bound keeps a hostile filter from
+/// overflowing the stack (tcpdump's own grammar stops far below stack depth too).
+pub const MAX_DEPTH: usize = 64;
+/// Most words in a filter: far beyond what the kernel's 4096 BPF
+/// instructions can hold, small enough to parse at once.
+pub const MAX_WORDS: usize = 10_000;
+
 impl Filter {
     /// Parses a filter expression; the error names the offending word.
     pub fn parse(text: &str) -> Result<Filter, String> {
@@ -59,7 +67,10 @@ impl Filter {
         if words.is_empty() {
             return Err(format!("empty filter; {HELP}"));
         }
-        let mut p = Parser { w: &words, i: 0, last: None };
+        if words.len() > MAX_WORDS {
+            return Err(format!("the filter has {} words, more than {MAX_WORDS}; shorten it", words.len()));
+        }
+        let mut p = Parser { w: &words, i: 0, last: None, depth: 0 };
         let expr = p.or()?;
         if p.i < words.len() {
             return Err(format!("unexpected '{}' at word {}; {HELP}", words[p.i], p.i + 1));
@@ -120,6 +131,25 @@ struct Parser<'a> {
     w: &'a [&'a str],
     i: usize,
     last: Option<(Dir, Kind)>,
+    /// Nesting of `(` and `not` at the current word.
+    depth: usize,
+}
+
+/// Joins `terms` with `op` as a balanced tree: a chain of N terms nests
+/// log2(N) deep instead of N, so matching and compiling stay shallow.
+fn balanced(mut terms: Vec<Expr>, op: fn(Box<Expr>, Box<Expr>) -> Expr) -> Expr {
+    while terms.len() > 1 {
+        let mut next = Vec::with_capacity(terms.len().div_ceil(2));
+        let mut it = terms.into_iter();
+        while let Some(a) = it.next() {
+            next.push(match it.next() {
+                Some(b) => op(Box::new(a), Box::new(b)),
+                None => a,
+            });
+        }
+        terms = next;
+    }
+    terms.pop().unwrap_or(Expr::True)
 }
 
 impl<'a> Parser<'a> {
@@ -135,34 +165,52 @@ impl<'a> Parser<'a> {
         }
     }
     fn or(&mut self) -> Result<Expr, String> {
-        let mut e = self.and()?;
+        let mut terms = vec![self.and()?];
         while self.eat("or") {
-            e = Expr::Or(Box::new(e), Box::new(self.and()?));
+            terms.push(self.and()?);
         }
-        Ok(e)
+        Ok(balanced(terms, Expr::Or))
     }
     fn and(&mut self) -> Result<Expr, String> {
-        let mut e = self.not()?;
+        let mut terms = vec![self.not()?];
         while self.eat("and") {
-            e = Expr::And(Box::new(e), Box::new(self.not()?));
+            terms.push(self.not()?);
         }
-        Ok(e)
+        Ok(balanced(terms, Expr::And))
+    }
+    /// Enters one more level of `(` or `not`, or refuses past [`MAX_DEPTH`].
+    fn deeper(&mut self) -> Result<(), String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!(
+                "the filter nests parentheses and 'not' more than {MAX_DEPTH} deep (at word {}); simplify it",
+                self.i
+            ));
+        }
+        Ok(())
     }
     fn not(&mut self) -> Result<Expr, String> {
-        if self.eat("not") {
-            return Ok(Expr::Not(Box::new(self.not()?)));
+        // A run of `not`s is counted, not recursed into: `!!!!x` is x or not x.
+        let mut nots = 0usize;
+        while self.eat("not") {
+            nots += 1;
+            self.deeper()?;
         }
-        self.primary()
+        let e = self.primary();
+        self.depth -= nots;
+        Ok(if nots % 2 == 1 { Expr::Not(Box::new(e?)) } else { e? })
     }
     fn primary(&mut self) -> Result<Expr, String> {
         let Some(w) = self.peek() else {
             return Err(format!("filter ends too early; {HELP}"));
         };
         if self.eat("(") {
+            self.deeper()?;
             let e = self.or()?;
             if !self.eat(")") {
                 return Err(format!("missing ')' in filter; {HELP}"));
             }
+            self.depth -= 1;
             return Ok(e);
         }
         let proto = match w {
@@ -314,5 +362,49 @@ mod tests {
         assert!(Filter::parse("(port 1").unwrap_err().contains("missing ')'"));
         assert!(Filter::parse("").is_err());
         assert!(Filter::parse("host example.com").unwrap_err().contains("not resolved"));
+    }
+
+    /// Depth of the parsed tree.
+    fn depth(e: &Expr) -> usize {
+        match e {
+            Expr::Not(x) => 1 + depth(x),
+            Expr::And(a, b) | Expr::Or(a, b) => 1 + depth(a).max(depth(b)),
+            _ => 1,
+        }
+    }
+
+    #[test]
+    fn hostile_nesting_is_refused_in_one_line() {
+        // The inputs: refused by size before any recursion.
+        let parens = format!("{}port 80{}", "(".repeat(15_000), ")".repeat(15_000));
+        let e = Filter::parse(&parens).unwrap_err();
+        assert!(e.contains("more than 10000") && !e.contains('\n'), "{e}");
+        let nots = format!("{}port 80", "!".repeat(120_000));
+        assert!(Filter::parse(&nots).unwrap_err().contains("more than 10000"));
+        // Within the size bound, by depth.
+        let parens = format!("{}port 80{}", "(".repeat(1000), ")".repeat(1000));
+        let e = Filter::parse(&parens).unwrap_err();
+        assert!(e.contains("more than 64 deep") && !e.contains('\n'), "{e}");
+        let nots = format!("{}port 80", "!".repeat(1000));
+        assert!(Filter::parse(&nots).unwrap_err().contains("more than 64 deep"));
+        let long = vec!["port 1"; MAX_WORDS].join(" or ");
+        assert!(Filter::parse(&long).unwrap_err().contains("more than 10000"));
+        // At the bound itself it still parses.
+        let ok = format!("{}port 80{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+        assert!(m(&ok, &seg("10.0.0.1", 80, "10.0.0.2", 1)));
+    }
+
+    #[test]
+    fn nots_fold_and_chains_stay_shallow() {
+        let s = seg("127.0.0.1", 40000, "10.1.2.3", 8080);
+        assert!(m("! ! port 8080", &s) && !m("! ! ! port 8080", &s) && m("not not not port 1", &s));
+        // 3000 alternatives: a balanced tree, not a 3000-deep chain.
+        let text = (1..=3000).map(|p| format!("port {p}")).collect::<Vec<_>>().join(" or ");
+        let f = Filter::parse(&text).unwrap();
+        assert!(depth(f.expr()) <= 13, "depth {}", depth(f.expr()));
+        assert!(f.matches(&s) == (8080 <= 3000) && f.matches(&seg("1.1.1.1", 2999, "2.2.2.2", 5)));
+        let all = (1..=200).map(|p| format!("not port {p}")).collect::<Vec<_>>().join(" and ");
+        assert!(Filter::parse(&all).unwrap().matches(&s));
+        assert!(!Filter::parse(&all).unwrap().matches(&seg("1.1.1.1", 200, "2.2.2.2", 5)));
     }
 }

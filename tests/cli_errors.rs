@@ -385,6 +385,21 @@ fn filter_syntax_error_names_the_word() {
 }
 
 #[test]
+fn hostile_filters_are_refused_not_crashed_on() {
+    // Each overflowed the parser's stack (exit 134) before its size and depth were bounded.
+    let good = data("wwr_nagle.pcap");
+    let parens = format!("{}port 80{}", "(".repeat(15_000), ")".repeat(15_000));
+    let nots = format!("{}port 80", "!".repeat(120_000));
+    let deep = format!("{}port 80{}", "(".repeat(100), ")".repeat(100));
+    for f in [&parens, &nots] {
+        run(&["analyze", "--filter", f, s(&good)]).expect(2, &["--filter", "more than 10000"]);
+        run(&["capture", "-i", "lo", "-w", "/dev/null", f]).expect(2, &["filter", "more than 10000"]);
+        run(&["watch", "-i", "lo", f]).expect(2, &["filter", "more than 10000"]);
+    }
+    run(&["analyze", "--filter", &deep, s(&good)]).expect(2, &["--filter", "more than 64 deep"]);
+}
+
+#[test]
 fn flow_that_does_not_exist() {
     let good = data("wwr_nagle.pcap");
     let r = run(&["analyze", "--flow", "999", s(&good)]);
