@@ -20,6 +20,7 @@ pub mod inspect;
 pub mod interrupt;
 pub mod lab;
 pub mod measure;
+pub mod output;
 pub mod report;
 pub mod tcp;
 mod verdict;

@@ -77,10 +77,19 @@ fn tcpdoctor(ns: Option<&str>, args: &[&str]) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
-/// Waits until a capture has written its pcap header: it is capturing.
+/// Waits until a capture has written its pcap header: it is capturing. The
+/// header is in `.NAME.XXXXXX.tmp` beside `path` until the capture ends.
 fn wait_capturing(path: &str) {
     let until = Instant::now() + Duration::from_secs(10);
-    while std::fs::metadata(path).map_or(0, |m| m.len()) < 24 {
+    let p = std::path::Path::new(path);
+    let (dir, name) = (p.parent().unwrap(), p.file_name().unwrap().to_str().unwrap());
+    let header_written = || {
+        std::fs::read_dir(dir).unwrap().flatten().any(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(&format!(".{name}.")) && n.ends_with(".tmp") && e.metadata().is_ok_and(|m| m.len() >= 24)
+        })
+    };
+    while !header_written() {
         assert!(Instant::now() < until, "{path}: no pcap header after 10 s");
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -15,6 +15,7 @@ use tcpdoctor::measure::common::{
     Error as MeasureError, Family, parse_duration, parse_positive_duration, parse_run_length,
 };
 use tcpdoctor::measure::{probe, trace};
+use tcpdoctor::output::{self, OutputFile};
 use tcpdoctor::report::{self, Report};
 
 /// Exit codes (also in the README).
@@ -34,6 +35,9 @@ mod exit {
     /// failed (no route, no permission…); inspect could not read the process
     /// (no ptrace permission, kernel too old).
     pub const NET: u8 = 5;
+    /// The results could not be written: standard output or an output file
+    /// failed (disk full, I/O error). A closed pipe is not a failure.
+    pub const OUTPUT: u8 = 6;
 }
 
 #[derive(Parser)]
@@ -51,7 +55,8 @@ struct Cli {
 enum Cmd {
     /// Analyse pcap/pcapng captures: verdict, per-connection table, time breakdown, ladder.
     #[command(after_help = "Exit codes: 0 all input analysed; 2 bad command line; 3 no input could be read; \
-4 results printed but part of the input was damaged or skipped (see WARNINGS).")]
+4 results printed but part of the input was damaged or skipped (see WARNINGS); 6 the report could not be written \
+(standard output or --html failed; a closed pipe is not a failure).")]
     Analyze(AnalyzeArgs),
     /// HTTP/1.1 load like wrk (same flags and layout), plus time to first byte, read gaps and client knobs.
     #[command(after_help = "Exit codes: 0 the run completed (even with errors: they are counted in the report); \
@@ -65,7 +70,7 @@ is a timed non-blocking connect() and tcpi_rtt is shown too (a note on stderr sa
 
 Exit codes: 0 at least one probe answered (open or closed); 1 no TCP answer at all (filtered); 2 bad command \
 line; 3 HOST cannot be resolved (or has no address of the -4/-6 family); 5 cannot measure (a socket call failed: \
-no route, no permission).")]
+no route, no permission); 6 the results could not be written to standard output.")]
     Probe(ProbeArgs),
     /// The routers on the way to a TCP port, like `traceroute --tcp -n`.
     #[command(after_help = "Needs CAP_NET_RAW (root) for raw SYNs and a raw ICMP socket; without it, or with \
@@ -73,7 +78,8 @@ no route, no permission).")]
 (IP_RECVERR). Addresses are always numeric (-n is accepted for compatibility).
 
 Exit codes: 0 destination reached (open or closed); 1 not reached (max hops, or ICMP unreachable); 2 bad command \
-line; 3 HOST cannot be resolved; 5 cannot measure (a socket call failed).")]
+line; 3 HOST cannot be resolved; 5 cannot measure (a socket call failed); 6 the results could not be written to \
+standard output.")]
     Trace(TraceArgs),
     /// Capture TCP packets to a pcap file, like `tcpdump -w` (no libpcap needed).
     #[command(after_help = "Only TCP over IPv4 and IPv6 is captured; FILTER narrows it further (tcpdump syntax: \
@@ -83,7 +89,9 @@ Ctrl-C stops the capture and leaves a complete file. Needs CAP_NET_RAW (root, or
 binary).
 
 Exit codes: 0 captured (even 0 packets); 2 bad command line or filter; 3 no such interface, or FILE cannot be \
-written; 5 cannot capture (no CAP_NET_RAW, interface down, a socket call failed).")]
+written; 5 cannot capture (no CAP_NET_RAW, interface down, a socket call failed); 6 FILE or standard output \
+failed during the capture. FILE is written as .FILE.XXXXXX.tmp beside it and renamed to FILE when the capture \
+ends.")]
     Capture(CaptureArgs),
     /// A live process's TCP sockets: TCP_NODELAY/TCP_CORK, tcp_info, its server software's own knob, host settings.
     #[command(after_help = "PID is a process id; :PORT means the process listening on that TCP port (for nginx, \
@@ -102,7 +110,7 @@ another tracer (a debugger, strace) holds the process. Ctrl-C ends the trace ear
 
 Exit codes: 0 inspected (also when the process exited during --trace: the report says so); 2 bad command line; \
 3 no such process, or nothing listens on PORT; 5 cannot inspect or trace (no ptrace permission, already traced, \
-kernel too old).")]
+kernel too old); 6 the report could not be written to standard output.")]
     Inspect(InspectArgs),
     /// The whole method against a URL: RTT, alone vs under load, quick-ACK A/B, capture, server process, verdict.
     #[command(after_help = "Step 4 (capture) needs CAP_NET_RAW and step 5 (server process) needs the server on this \
@@ -130,7 +138,8 @@ addresses unless --metrics-public. Needs CAP_NET_RAW (root, or `setcap cap_net_r
 
 Exit codes: 0 stopped (Ctrl-C, SIGTERM, --duration); 2 bad command line or filter, or a non-loopback --metrics \
 address without --metrics-public; 3 no such interface, or the --metrics address cannot be bound; 5 cannot capture \
-(no CAP_NET_RAW, interface down, a socket call failed).")]
+(no CAP_NET_RAW, interface down, a socket call failed); 6 standard output failed (without --metrics, watch \
+ends when nobody reads its lines; with it, it goes on).")]
     Watch(WatchArgs),
     /// The main job on built-in lab servers: diagnose (a) Nagle, (b) TCP_NODELAY, (c) think time, then verify the fix.
     #[command(after_help = "--offline analyses the real nginx captures bundled in the binary instead (no traffic).")]
@@ -430,8 +439,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
             } else {
                 print(&report::bench::render(&r, a.latency));
             }
-            write_html(html, || report::html::bench(&r));
-            ExitCode::from(exit::OK)
+            write_html(html, || report::html::bench(&r), exit::OK)
         }
         Err(e) => fail(exit::INPUT, e),
     }
@@ -550,9 +558,7 @@ impl FamilyArgs {
 }
 
 fn print(s: &str) {
-    let mut out = std::io::stdout().lock();
-    // A closed pipe (`| head`) is not an error worth reporting.
-    let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+    output::print(s);
 }
 
 fn output(r: &Report, json: bool) {
@@ -563,24 +569,29 @@ fn output(r: &Report, json: bool) {
     }
 }
 
-/// The `--html` file, created before the work starts so a bad path fails at once.
-fn html_file(path: &Option<PathBuf>) -> Result<Option<(PathBuf, std::fs::File)>, ExitCode> {
+/// The `--html` file: its temporary file is created before the work starts,
+/// so a bad path fails at once; it is renamed into place once written.
+fn html_file(path: &Option<PathBuf>) -> Result<Option<OutputFile>, ExitCode> {
     let Some(p) = path else { return Ok(None) };
-    match std::fs::File::create(p) {
-        Ok(f) => Ok(Some((p.clone(), f))),
+    match OutputFile::create(p) {
+        Ok(f) => Ok(Some(f)),
         Err(e) => {
             Err(fail(exit::USAGE, format!("--html {}: cannot create it: {e} (choose a writable path)", p.display())))
         }
     }
 }
 
-/// Writes the HTML report; says where on stderr (stdout keeps the text or JSON).
-fn write_html(file: Option<(PathBuf, std::fs::File)>, html: impl FnOnce() -> String) {
-    if let Some((p, mut f)) = file {
-        match f.write_all(html().as_bytes()).and_then(|_| f.flush()) {
-            Ok(()) => eprintln!("tcpdoctor: HTML report written to {}", p.display()),
-            Err(e) => eprintln!("tcpdoctor: warning: --html {}: cannot write it: {e}", p.display()),
+/// Writes the HTML report and says where on stderr (stdout keeps the text or
+/// JSON); `code` is the exit code unless the file cannot be written.
+fn write_html(file: Option<OutputFile>, html: impl FnOnce() -> String, code: u8) -> ExitCode {
+    let Some(mut f) = file else { return ExitCode::from(code) };
+    let p = f.path().display().to_string();
+    match f.write_all(html().as_bytes()).and_then(|()| f.commit()) {
+        Ok(()) => {
+            eprintln!("tcpdoctor: HTML report written to {p}");
+            ExitCode::from(code)
         }
+        Err(e) => fail(exit::OUTPUT, format!("--html {p}: cannot write it: {e}; the file was left as it was")),
     }
 }
 
@@ -636,7 +647,6 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
         return fail(exit::USAGE, format!("--flow {id}: no such connection (ids are in the CONNECTIONS table)"));
     }
     output(&r, a.json);
-    write_html(html, || report::html::analyze(&r));
     let partial =
         r.inputs.len() < a.files.len() || r.inputs.iter().any(|i| i.damage.is_some() || i.malformed_packets > 0);
     if partial {
@@ -647,9 +657,8 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
         };
         let first = r.warnings.first().map_or("part of the input was damaged", String::as_str);
         eprintln!("tcpdoctor: warning: {first}{more}");
-        return ExitCode::from(exit::PARTIAL);
     }
-    ExitCode::from(exit::OK)
+    write_html(html, || report::html::analyze(&r), if partial { exit::PARTIAL } else { exit::OK })
 }
 
 /// A progress bar for analyses of large inputs (≥ 64 MiB), drawn from another thread;
@@ -807,8 +816,11 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
                 } else {
                     print(&report::diagnose::render_comparison(&c));
                 }
-                write_html(html, || report::html::diagnose(&before, Some(&c)));
-                ExitCode::from(if c.fixed { exit::OK } else { exit::NO_REPLY })
+                write_html(
+                    html,
+                    || report::html::diagnose(&before, Some(&c)),
+                    if c.fixed { exit::OK } else { exit::NO_REPLY },
+                )
             }
             Err(e) => fail(exit::INPUT, e),
         };
@@ -840,8 +852,7 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
                 print(&report::diagnose::render_verdict(&r));
                 print(&report::diagnose::render_comparison(&c));
             }
-            write_html(html, || report::html::diagnose(&r, Some(&c)));
-            ExitCode::from(if c.fixed { exit::OK } else { exit::NO_REPLY })
+            write_html(html, || report::html::diagnose(&r, Some(&c)), if c.fixed { exit::OK } else { exit::NO_REPLY })
         }
         (Ok(r), None) => {
             if json {
@@ -849,12 +860,12 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
             } else {
                 print(&report::diagnose::render_verdict(&r));
             }
-            write_html(html, || report::html::diagnose(&r, None));
-            ExitCode::from(match r.verdict.cause {
+            let code = match r.verdict.cause {
                 "none" => exit::OK,
                 "unreachable" => exit::NET,
                 _ => exit::NO_REPLY,
-            })
+            };
+            write_html(html, || report::html::diagnose(&r, None), code)
         }
         (Err(e), _) => fail(exit::INPUT, e),
     }
@@ -954,28 +965,38 @@ fn run_capture(a: CaptureArgs) -> ExitCode {
         Err(e) => return fail(live_exit(&e), e),
     };
     let name = a.write.display().to_string();
-    let mut out: Box<dyn Write> = if name == "-" {
-        Box::new(std::io::stdout().lock())
+    // A file is written beside its name and renamed into place at the end.
+    let mut file = None;
+    let mut stdout = output::Stdout;
+    let out: &mut dyn Write = if name == "-" {
+        &mut stdout
     } else {
-        match std::fs::File::create(&a.write) {
-            Ok(f) => Box::new(f),
+        match OutputFile::create(&a.write) {
+            Ok(f) => file.insert(f),
             Err(e) => return fail(exit::INPUT, format!("{name}: cannot write: {e}")),
         }
     };
-    tcpdoctor::interrupt::catch();
+    // SIGTERM and SIGHUP too: however it is stopped, the file is completed.
+    tcpdoctor::interrupt::catch_all();
     eprintln!("tcpdoctor: capturing on {}, link-type {}, snapshot length {} bytes", a.iface, cap.link(), cap.snaplen());
     let deadline = a.duration.map(|d| std::time::Instant::now() + d);
-    match cap.record(&mut out, tcpdoctor::interrupt::flag(), deadline, a.count) {
-        Ok(s) => {
-            eprintln!(
-                "{} packets captured, {} dropped by kernel, {} loopback duplicates removed",
-                s.packets, s.kernel_drops, s.loopback_duplicates
-            );
-            ExitCode::from(exit::OK)
-        }
-        Err(e @ LiveError::Write(_)) => fail(exit::INPUT, format!("{name}: {e}")),
-        Err(e) => fail(live_exit(&e), e),
+    let stats = match cap.record(out, tcpdoctor::interrupt::flag(), deadline, a.count) {
+        Ok(s) => s,
+        // Standard output's failure is reported by main; a reader that went away ends it quietly.
+        Err(LiveError::Write(_)) if name == "-" => return ExitCode::from(exit::OK),
+        Err(e @ LiveError::Write(_)) => return fail(exit::OUTPUT, format!("{name}: {e}")),
+        Err(e) => return fail(live_exit(&e), e),
+    };
+    if let Some(f) = file
+        && let Err(e) = f.commit()
+    {
+        return fail(exit::OUTPUT, format!("{name}: cannot write: {e}"));
     }
+    eprintln!(
+        "{} packets captured, {} dropped by kernel, {} loopback duplicates removed",
+        stats.packets, stats.kernel_drops, stats.loopback_duplicates
+    );
+    ExitCode::from(exit::OK)
 }
 
 /// Bytes kept of each packet by watch: headers and the start of a response
@@ -1043,7 +1064,7 @@ fn run_watch(a: WatchArgs) -> ExitCode {
     tcpdoctor::interrupt::catch_all();
     let at = server.as_ref().map(|s| format!(", metrics at http://{}/metrics", s.addr())).unwrap_or_default();
     eprintln!("tcpdoctor: watching {}{what}{at}; a summary every {:?}; Ctrl-C stops", a.iface, a.summary_every);
-    let mut out = std::io::stdout().lock();
+    let mut out = output::Stdout;
     let r = watch::run(&mut cap, &ro, metrics, tcpdoctor::interrupt::flag(), &mut out);
     drop(server);
     match r {
@@ -1063,6 +1084,14 @@ fn live_exit(e: &LiveError) -> u8 {
 fn main() -> ExitCode {
     report::style::enable_for_terminal();
     let cli = Cli::parse();
+    let code = run(cli);
+    match output::failure() {
+        Some(e) => fail(exit::OUTPUT, format!("cannot write to standard output: {e}; the report is incomplete")),
+        None => code,
+    }
+}
+
+fn run(cli: Cli) -> ExitCode {
     match cli.cmd {
         Cmd::Analyze(a) => run_analyze(a),
         Cmd::Bench(a) => run_bench(a),

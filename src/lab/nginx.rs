@@ -2,7 +2,9 @@
 //! or `on`, serving a small static page with `sendfile on` (header, then the
 //! file: two writes, the seed's nginx case).
 
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,7 +15,14 @@ pub struct Nginx {
     addr: SocketAddr,
     nodelay: bool,
     child: Child,
-    dir: PathBuf,
+    /// Dropped after nginx is stopped (fields drop after `Drop::drop`).
+    dir: tempfile::TempDir,
+}
+
+/// Writes a new file; fails if anything (a file, a symlink) is already there.
+fn create_new(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut f = std::fs::File::options().write(true).create_new(true).mode(0o644).open(path)?;
+    f.write_all(text.as_bytes())
 }
 
 /// The nginx binary: on `PATH`, else Debian's `/usr/sbin/nginx`.
@@ -84,12 +93,20 @@ impl Nginx {
             p => p,
         };
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let dir = std::env::temp_dir().join(format!("tcpdoctor-lab-nginx-{}-{port}", std::process::id()));
+        // A fresh private directory (random name, mode 0700, never one that
+        // exists): a predictable name would let a local user plant symlinks
+        // that this process, often root, then writes through.
+        let tmp = tempfile::Builder::new()
+            .prefix("tcpdoctor-lab-nginx-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir()
+            .map_err(|e| format!("cannot create a private directory for nginx's files: {e}"))?;
+        let dir = tmp.path().to_path_buf();
         let setup = || -> std::io::Result<()> {
-            std::fs::create_dir_all(dir.join("www"))?;
+            std::fs::create_dir(dir.join("www"))?;
             let page = format!("<html><body>{}</body></html>\n", "tcpdoctor lab page. ".repeat(28));
-            std::fs::write(dir.join("www/index.html"), page)?;
-            std::fs::write(dir.join("nginx.conf"), config(&dir, addr, nodelay))
+            create_new(&dir.join("www/index.html"), &page)?;
+            create_new(&dir.join("nginx.conf"), &config(&dir, addr, nodelay))
         };
         setup().map_err(|e| format!("cannot write nginx's files in {}: {e}", dir.display()))?;
         let mut cmd = Command::new(&bin);
@@ -113,13 +130,11 @@ impl Nginx {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let mut n = Nginx { addr, nodelay, child, dir };
+        let mut n = Nginx { addr, nodelay, child, dir: tmp };
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             if let Ok(Some(status)) = n.child.try_wait() {
-                let log = std::fs::read_to_string(n.dir.join("error.log")).unwrap_or_default();
-                let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-                return Err(format!("nginx exited ({status}) at start: {last}"));
+                return Err(format!("nginx exited ({status}) at start: {}", n.last_log_line()));
             }
             // Ready when nginx itself listens: a connect could reach another
             // program that took the port meanwhile.
@@ -132,10 +147,16 @@ impl Nginx {
                 Err(_) => {}
             }
             if Instant::now() > deadline {
-                return Err(format!("nginx did not accept on {addr} within 5 s (log: {})", n.dir.display()));
+                return Err(format!("nginx did not listen on {addr} within 5 s; its log: {}", n.last_log_line()));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The last line nginx logged (its directory goes when it stops).
+    fn last_log_line(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default();
+        log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message").to_string()
     }
 
     /// `http://ADDR/`.
@@ -167,14 +188,12 @@ impl Drop for Nginx {
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
-                let _ = std::fs::remove_dir_all(&self.dir);
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

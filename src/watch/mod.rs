@@ -171,8 +171,9 @@ fn now_ns() -> i64 {
 }
 
 /// Runs a live watch on `cap` until `stop` is set or the duration passes,
-/// writing findings and summaries to `out` (write errors, such as a closed
-/// pipe, are ignored: the capture and the metrics go on).
+/// writing findings and summaries to `out`. When `out` fails (a closed pipe,
+/// a full disk) the watch goes on if it serves metrics, and ends otherwise:
+/// nobody would see what it finds.
 pub fn run(
     cap: &mut LiveCapture,
     o: &RunOptions,
@@ -190,12 +191,20 @@ pub fn run(
     let mut seen = LiveStats::default();
     let mut published = LiveStats::default();
     let deadline = o.duration.map(|d| started + d);
+    // The ring loop's own flag: `stop`, or an output nobody reads any more.
+    let halt = AtomicBool::new(false);
+    let gone = std::cell::Cell::new(false);
     let mut say = |s: String| {
-        let _ = out.write_all(s.as_bytes()).and_then(|()| out.flush());
+        if out.write_all(s.as_bytes()).and_then(|()| out.flush()).is_err() && metrics.is_none() {
+            gone.set(true);
+        }
     };
-    let stats = cap.each(stop, deadline, &mut |ev| match ev {
+    let stats = cap.each(&halt, deadline, &mut |ev| match ev {
         Live::Packet(p) => w.packet(p.link, p.ts_ns, p.data, p.orig_len),
         Live::Tick(st) => {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) || gone.get() {
+                halt.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             if let Some(m) = &metrics {
                 m.packets.inc_by(st.packets - published.packets);
                 m.drops.inc_by(st.kernel_drops - published.kernel_drops);
