@@ -110,7 +110,7 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<St
     let stall = a.stalls.spread();
     let acks = a.acks.spread();
     let what = if side == Side::Server { "responses" } else { "requests" };
-    let sw = software.as_deref().map(|s| format!(", \"{s}\"")).unwrap_or_default();
+    let sw = software.as_deref().map(|s| format!(", \"{}\"", crate::report::escape::clean(s))).unwrap_or_default();
     // A stall in a request whose response never came is not a finished exchange.
     let exchanges = exchanges.max(a.stalls.count());
     let summary = format!(

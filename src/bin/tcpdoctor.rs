@@ -557,8 +557,9 @@ impl FamilyArgs {
     }
 }
 
+/// Text to standard output, control characters from elsewhere escaped.
 fn print(s: &str) {
-    output::print(s);
+    output::print(&report::escape::terminal(s));
 }
 
 fn output(r: &Report, json: bool) {
@@ -596,7 +597,7 @@ fn write_html(file: Option<OutputFile>, html: impl FnOnce() -> String, code: u8)
 }
 
 fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("tcpdoctor: {msg}");
+    eprintln!("tcpdoctor: {}", report::escape::terminal(&msg.to_string()));
     ExitCode::from(code)
 }
 
@@ -656,7 +657,7 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
             n => format!(" (+{} more warnings)", n - 1),
         };
         let first = r.warnings.first().map_or("part of the input was damaged", String::as_str);
-        eprintln!("tcpdoctor: warning: {first}{more}");
+        eprintln!("tcpdoctor: warning: {}{more}", report::escape::terminal(first));
     }
     write_html(html, || report::html::analyze(&r), if partial { exit::PARTIAL } else { exit::OK })
 }
@@ -699,13 +700,14 @@ fn measure_failed(e: MeasureError) -> ExitCode {
 }
 
 fn print_json<T: serde::Serialize>(v: &T) {
-    print(&format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default()));
+    let text = format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default());
+    output::print(&report::escape::json(&text));
 }
 
 /// The start of a probe or trace: notes to stderr, the header line unless JSON.
 fn start_measure(notes: &[String], json: bool, header: impl FnOnce() -> String) {
     for n in notes {
-        eprintln!("tcpdoctor: note: {n}");
+        eprintln!("tcpdoctor: note: {}", report::escape::terminal(n));
     }
     if !json {
         print(&header());

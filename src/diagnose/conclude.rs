@@ -156,7 +156,8 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
         }
         if p.nodelay_setting == Some(false) {
             let src = p.setting_source.as_deref().map(|s| format!(", from {s}")).unwrap_or_default();
-            evidence.push(format!("step 5: {}'s own setting turns TCP_NODELAY off{src}", p.software_name));
+            let name = crate::report::escape::clean(&p.software_name);
+            evidence.push(format!("step 5: {name}'s own setting turns TCP_NODELAY off{src}"));
         }
         // The application's own calls: the stall's shape, seen from inside the server.
         if let Some(t) = p.trace.as_ref().filter(|t| t.found) {

@@ -9,6 +9,7 @@ use crate::filter::Filter;
 use crate::inspect::{self, InspectError};
 use crate::report::Finding;
 use crate::report::diagnose::{CaptureStep, ServerStep, ms};
+use crate::report::escape::clean;
 use crate::report::inspect::{InspectReport, Trace};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -253,7 +254,11 @@ pub fn server_line(s: &ServerStep) -> String {
     let traced = s.trace.as_ref().map(|t| format!("; {}", trace_phrase(t))).unwrap_or_default();
     format!(
         "pid {} {} ({}){setting}; {} of {} established connections on the port have Nagle on{traced}",
-        s.pid, s.name, s.software_name, s.nagle_on, s.established
+        s.pid,
+        clean(&s.name),
+        clean(&s.software_name),
+        s.nagle_on,
+        s.established
     )
 }
 

@@ -99,7 +99,11 @@ pub fn run(
 
     let req = Request::new("GET", &authority, &path, &[], &[], true);
     let alone = alone::run(addr, &req, o.alone, o.timeout, Duration::from_secs(2));
-    let header = alone.server_header.as_deref().map(|h| format!("; Server: {h}")).unwrap_or_default();
+    let header = alone
+        .server_header
+        .as_deref()
+        .map(|h| format!("; Server: {}", crate::report::escape::clean(h)))
+        .unwrap_or_default();
     say(&step_line(
         2,
         "Alone",

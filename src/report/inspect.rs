@@ -1,6 +1,7 @@
 //! `inspect`'s JSON schema and its text.
 
 use super::diagnose::ms;
+use super::escape::clean;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -396,7 +397,8 @@ const TEXT_ROWS: usize = 24;
 pub fn render(r: &InspectReport) -> String {
     let mut o = String::new();
     let p = &r.process;
-    let _ = write!(o, "PROCESS {} {}", p.pid, if p.cmdline.is_empty() { &p.comm } else { &p.cmdline });
+    // The command line and the name are the process's own to set: shown escaped.
+    let _ = write!(o, "PROCESS {} {}", p.pid, clean(if p.cmdline.is_empty() { &p.comm } else { &p.cmdline }));
     if let Some(uid) = p.uid {
         let _ = write!(o, " (uid {uid})");
     }
@@ -434,7 +436,7 @@ pub fn render(r: &InspectReport) -> String {
 }
 
 fn render_software(o: &mut String, s: &Software) {
-    let _ = write!(o, "\nSOFTWARE {}", s.name);
+    let _ = write!(o, "\nSOFTWARE {}", clean(&s.name));
     if s.kind == "other" {
         o.push_str(" (no server software tcpdoctor knows)");
     }
@@ -442,7 +444,7 @@ fn render_software(o: &mut String, s: &Software) {
     if let Some(v) = s.nodelay_setting {
         let _ = write!(o, "  its own setting: TCP_NODELAY {}", on_off(v));
         if let Some(src) = &s.setting_source {
-            let _ = write!(o, "; source: {src}");
+            let _ = write!(o, "; source: {}", clean(src));
         }
         o.push('\n');
     }
@@ -452,16 +454,17 @@ fn render_software(o: &mut String, s: &Software) {
             .iter()
             .map(|x| {
                 if x.source == "default" {
-                    format!("{} {} (default)", x.name, x.value)
+                    format!("{} {} (default)", x.name, clean(&x.value))
                 } else {
-                    format!("{} {}", x.name, x.value)
+                    format!("{} {}", x.name, clean(&x.value))
                 }
             })
             .collect();
         let _ = writeln!(o, "  {}", v.join(", "));
     }
+    // Notes may quote a helper's error output (`nginx -T` failed: …).
     for n in &s.notes {
-        let _ = writeln!(o, "  {n}");
+        let _ = writeln!(o, "  {}", clean(n));
     }
 }
 

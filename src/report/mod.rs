@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod diagnose;
+pub mod escape;
 pub mod html;
 pub mod inspect;
 mod ladder;

@@ -23,13 +23,15 @@ p.add_argument("--nodelay", action="store_true")
 p.add_argument("--body-size", type=int, default=600)
 p.add_argument("--think-ms", type=float, default=45.0)
 p.add_argument("--max-seconds", type=float, default=60.0)
+p.add_argument("--server", default="wwr-lab", help="the Server header's value (bytes as given, control characters too)")
 a = p.parse_args()
+SERVER = a.server.encode("utf-8", "surrogateescape")
 
 BODY = (b"<html><body>" + b"x" * max(0, a.body_size - 27) + b"</body></html>\n")[: a.body_size]
 
 
 def headers(n):
-    return (b"HTTP/1.1 200 OK\r\nServer: wwr-lab\r\nContent-Type: text/html\r\n"
+    return (b"HTTP/1.1 200 OK\r\nServer: " + SERVER + b"\r\nContent-Type: text/html\r\n"
             b"Content-Length: %d\r\nConnection: keep-alive\r\n\r\n" % n)
 
 

@@ -1,0 +1,134 @@
+//! Text from the network or from other processes (a `Server:` header, a
+//! process's name or command line, a helper's error output) may hold control
+//! characters that a terminal obeys: `ESC ] 0 ; … BEL` retitles the window,
+//! `ESC [ 2 J` clears it, a carriage return overwrites a line, a bidi override
+//! reorders what is read. Text output shows them as escapes instead.
+//!
+//! Three layers: [`clean`] where such a string enters a sentence or a table,
+//! [`terminal`] over every text output as a backstop (only this program's own
+//! colour sequences pass), and [`json`] over JSON output (serde_json already
+//! escapes C0; C1 and bidi controls are escaped too, which keeps it valid JSON).
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Characters a terminal may act on, beyond printing a glyph: C0 (with tab
+/// and newline), DEL, C1, and the Unicode bidi and line/paragraph controls.
+fn is_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}')
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    let n = u32::from(c);
+    if n < 0x100 {
+        let _ = write!(out, "\\x{n:02x}");
+    } else {
+        let _ = write!(out, "\\u{{{n:04x}}}");
+    }
+}
+
+/// A foreign string with every control character (tab and newline too: the
+/// string is one field of a line) written as `\x1b` or `\u{202e}`.
+pub fn clean(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_control(c) {
+            push_escaped(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The colour sequences [`super::style`] writes; nothing else may reach a terminal raw.
+const OWN_SGR: [&str; 5] = ["\x1b[0m", "\x1b[1m", "\x1b[33m", "\x1b[1;31m", "\x1b[1;32m"];
+
+/// Text output as a terminal may see it: newlines and tabs kept, this
+/// program's own colour sequences kept, every other control character escaped.
+pub fn terminal(s: &str) -> Cow<'_, str> {
+    let bad = |(i, c): (usize, char)| is_control(c) && c != '\n' && c != '\t' && !own_sgr(&s[i..]);
+    if !s.char_indices().any(bad) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        if let Some(sgr) = OWN_SGR.iter().find(|q| rest.starts_with(**q)) {
+            out.push_str(sgr);
+            rest = &rest[sgr.len()..];
+            continue;
+        }
+        if is_control(c) && c != '\n' && c != '\t' {
+            push_escaped(&mut out, c);
+        } else {
+            out.push(c);
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    Cow::Owned(out)
+}
+
+fn own_sgr(at: &str) -> bool {
+    OWN_SGR.iter().any(|q| at.starts_with(q))
+}
+
+/// JSON text with C1 and bidi controls written as `\uXXXX`. Outside strings
+/// JSON holds only ASCII, so every such character is inside a string, where
+/// the escape means the same character: the document's meaning is unchanged.
+pub fn json(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| is_control(c) && !c.is_ascii()) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if is_control(c) && !c.is_ascii() {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOSTILE: &str = "x\x1b]0;TITLE\x07\x1b[2J\r\u{9b}31m\u{202e}gnp.exe\n";
+
+    #[test]
+    fn foreign_strings_show_every_control_character() {
+        assert_eq!(clean("nginx/1.22.1"), "nginx/1.22.1");
+        assert!(matches!(clean("nginx/1.22.1"), Cow::Borrowed(_)));
+        assert_eq!(clean(HOSTILE), "x\\x1b]0;TITLE\\x07\\x1b[2J\\x0d\\x9b31m\\u{202e}gnp.exe\\x0a");
+        // Our own colour sequences are control characters too, in a foreign string.
+        assert_eq!(clean("\x1b[1;31m"), "\\x1b[1;31m");
+    }
+
+    #[test]
+    fn terminal_output_keeps_lines_tabs_and_our_colours_only() {
+        let ours = format!("{}\tok\n", OWN_SGR.concat());
+        assert_eq!(terminal(&ours), ours);
+        let t = terminal(HOSTILE);
+        assert_eq!(t, "x\\x1b]0;TITLE\\x07\\x1b[2J\\x0d\\x9b31m\\u{202e}gnp.exe\n");
+        assert!(!t.chars().any(|c| is_control(c) && c != '\n'), "{t:?}");
+        // A sequence that only starts like ours is escaped.
+        assert_eq!(terminal("\x1b[1;3m"), "\\x1b[1;3m");
+    }
+
+    #[test]
+    fn json_stays_json_with_the_same_meaning() {
+        let raw = serde_json::to_string(&serde_json::json!({ "server": HOSTILE })).unwrap();
+        let safe = json(&raw);
+        assert!(!safe.chars().any(is_control), "{safe}");
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(back["server"], HOSTILE);
+    }
+}
