@@ -499,7 +499,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         }
         Err(e @ bench::BenchError::Usage(_)) => fail(exit::USAGE, e),
         Err(e @ bench::BenchError::Start(_)) => fail(exit::INPUT, e),
-        Err(e @ bench::BenchError::NotMeasured(_)) => fail(exit::NOT_MEASURED, e),
+        Err(bench::BenchError::NotMeasured(why)) => fail(exit::NOT_MEASURED, format!("nothing measured: {why}")),
     }
 }
 

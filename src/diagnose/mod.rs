@@ -323,8 +323,8 @@ fn load_step(
     let mut capture = cap.and_then(|c| local::finish_capture(c, missing));
     let server = inspect.and_then(|i| local::finish_inspect(i, addr.port(), missing));
     let r = measured(result).map_err(|why| {
-        say(&step_line(2, "Under load", &format!("not measured: {why}")));
-        DiagnoseError::NotMeasured(format!("step 2 (under load): {why}"))
+        say(&step_line(2, "Under load", &format!("nothing measured: {why}")));
+        DiagnoseError::NotMeasured(format!("step 2 (under load): nothing measured: {why}"))
     })?;
     if r.interrupted {
         missing.push("interrupted by Ctrl-C: the load ran short".into());
@@ -349,8 +349,7 @@ fn measured(
     if r.requests > 0 {
         return Ok(r);
     }
-    let why = r.nothing_measured.as_deref().unwrap_or("no response completed");
-    Err(format!("nothing measured: {why}"))
+    Err(r.nothing_measured.unwrap_or_else(|| "no response completed".into()))
 }
 
 /// Step 3: the same load with TCP_QUICKACK on the client, when the load is
@@ -382,8 +381,8 @@ fn experiment(
     }
     // Needed and empty would leave a slow load unexplained, and the verdict would fall through to "none".
     let r = measured(timed_bench(o, "quick-ACK ", o.experiment, true, progress)).map_err(|why| {
-        say(&step_line(3, "Quick-ACK A/B", &format!("not measured: {why}")));
-        DiagnoseError::NotMeasured(format!("step 3 (quick-ACK A/B): {why}"))
+        say(&step_line(3, "Quick-ACK A/B", &format!("nothing measured: {why}")));
+        DiagnoseError::NotMeasured(format!("step 3 (quick-ACK A/B): nothing measured: {why}"))
     })?;
     let q = LoadStep::of(&r);
     say(&step_line(

@@ -68,7 +68,7 @@ pub enum BenchError {
     Usage(String),
     /// The run could not start: the host does not resolve, too few open files.
     Start(String),
-    /// The run started but measured nothing it can stand behind.
+    /// The run started but measured nothing it can stand behind: why.
     NotMeasured(String),
 }
 

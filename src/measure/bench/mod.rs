@@ -238,7 +238,7 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
     let mut all = Stats::new();
     for s in stats {
         // A worker whose loop failed stopped counting: the sums would undercount.
-        all.merge(s.map_err(|e| BenchError::NotMeasured(format!("nothing measured: {e}")))?);
+        all.merge(s.map_err(BenchError::NotMeasured)?);
     }
     let secs = elapsed.as_secs_f64();
     let status_codes: BTreeMap<u16, u64> =
