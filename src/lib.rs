@@ -16,6 +16,7 @@ pub mod detect;
 pub mod diagnose;
 pub mod dist;
 pub mod filter;
+pub mod input;
 pub mod inspect;
 pub mod interrupt;
 pub mod lab;

@@ -421,3 +421,121 @@ fn no_files_is_a_usage_error() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(!r.stderr.contains("panicked"));
 }
+
+/// A listener nobody may reach: a bad command line is refused before any traffic.
+struct Untouched(std::net::TcpListener);
+
+impl Untouched {
+    fn new() -> Untouched {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        Untouched(l)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.0.local_addr().unwrap().port())
+    }
+
+    fn assert_untouched(&self) {
+        let r = self.0.accept();
+        assert!(matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "a connection came: {r:?}");
+    }
+}
+
+impl Run {
+    /// Exit 2 from the argument parser: no panic, and the first stderr line says what is wrong.
+    fn expect_usage(&self, needles: &[&str]) {
+        let ctx = format!("exit {}\n--- stderr ---\n{}", self.code, self.stderr);
+        assert!(!self.stderr.contains("panicked"), "panic:\n{ctx}");
+        assert_eq!(self.code, 2, "wrong exit code\n{ctx}");
+        let first = self.stderr.lines().next().unwrap_or_default();
+        for n in needles {
+            assert!(first.contains(n), "the first line should mention {n:?}\n{ctx}");
+        }
+    }
+}
+
+#[test]
+fn bench_bad_command_lines_are_exit_2_before_any_traffic() {
+    let server = Untouched::new();
+    let url = server.url();
+    let cases: [(&[&str], &[&str]); 11] = [
+        (&["-c", "0"], &["--connections", "at least 1"]),
+        (&["-t", "0"], &["--threads", "at least 1"]),
+        (&["-R", "0"], &["--rate", "positive"]),
+        (&["-R", "-3"], &["--rate", "positive"]),
+        (&["-R", "NaN"], &["--rate", "positive"]),
+        (&["-R", "inf"], &["--rate", "positive"]),
+        (&["-H", "NoColon"], &["NoColon", "no colon"]),
+        (&["-H", ": v"], &["name", "empty"]),
+        (&["-H", "Bad Name: v"], &["Bad Name", "no spaces"]),
+        (&["--method", ""], &["--method", "empty"]),
+        (&["--method", "GE/T"], &["GE/T", "not an HTTP method"]),
+    ];
+    for (args, needles) in cases {
+        let mut all = vec!["bench", "-d", "1s"];
+        all.extend_from_slice(args);
+        all.push(&url);
+        run(&all).expect_usage(needles);
+    }
+    for (u, what) in [("http://127.0.0.1:0/", "port 0"), ("https://127.0.0.1/", "https is not supported")] {
+        run(&["bench", "-d", "1s", u]).expect(2, &[u, what]);
+    }
+    server.assert_untouched();
+}
+
+#[test]
+fn diagnose_with_no_such_interface_fails_at_once_before_any_traffic() {
+    let server = Untouched::new();
+    let r = run(&["diagnose", "-i", "nosuchif0", &server.url()]);
+    r.expect(2, &["-i nosuchif0: no such interface (`ip link` lists them)"]);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    server.assert_untouched();
+}
+
+/// Runs with at most 4 GB of address space, so a binary that reads an endless file
+/// whole dies instead of taking the machine's memory.
+fn run_capped(args: &[&str]) -> Run {
+    let mut all = vec!["-c", "ulimit -v 4000000 && exec \"$0\" \"$@\"", BIN];
+    all.extend_from_slice(args);
+    let Output { status, stdout, stderr } = Command::new("sh").args(&all).stdin(Stdio::null()).output().unwrap();
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+#[test]
+fn body_file_and_before_are_at_most_64_mib() {
+    let dir = TempDir::new("limits");
+    let big = dir.0.join("big");
+    std::fs::File::create(&big).unwrap().set_len(65 << 20).unwrap(); // sparse: no disk used
+    let server = Untouched::new();
+    let url = server.url();
+    for f in [s(&big), "/dev/zero"] {
+        let r = run_capped(&["bench", "-d", "1s", "--body-file", f, &url]);
+        r.expect(2, &[&format!("--body-file {f}: larger than 64 MiB"), "held in memory"]);
+        let r = run_capped(&["diagnose", "--before", f, &url]);
+        r.expect(2, &[&format!("--before {f}: larger than 64 MiB")]);
+    }
+    server.assert_untouched();
+    // At the limit a body is fine: the request goes out (to a closed port here, so exit 5).
+    let edge = dir.0.join("edge");
+    std::fs::File::create(&edge).unwrap().set_len(64 << 20).unwrap();
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let r = run_capped(&[
+        "bench",
+        "-t1",
+        "-c1",
+        "-d",
+        "200ms",
+        "--body-file",
+        s(&edge),
+        &format!("http://127.0.0.1:{closed}/"),
+    ]);
+    r.expect(5, &["unable to connect", "Connection refused"]);
+}

@@ -346,14 +346,152 @@ fn go_net_http_has_nothing_to_find() {
 }
 
 #[test]
-fn a_port_nobody_listens_on_is_unreachable() {
+fn a_port_nobody_listens_on_is_closed() {
     let _g = serial();
     let port = free_port();
-    let (code, v) = diagnose(&format!("http://127.0.0.1:{port}/"), &[]);
-    assert_eq!(cause(&v), "unreachable");
+    let url = format!("http://127.0.0.1:{port}/");
+    let (code, v) = diagnose(&url, &[]);
+    assert_eq!(cause(&v), "closed", "{v:#}");
     assert_eq!(code, 5);
-    assert!(v["verdict"]["summary"].as_str().unwrap().contains("refused"), "{v:#}");
+    assert!(v["verdict"]["summary"].as_str().unwrap().starts_with("Nothing listens on"), "{v:#}");
+    assert!(v["verdict"]["evidence"].to_string().contains("Connection refused"), "{v:#}");
+    // Step 1: RSTs are no answer from a server, they say the port is closed.
+    assert_eq!((v["rtt"]["open"].as_u64(), v["rtt"]["closed"].as_u64()), (Some(0), Some(5)), "{:#}", v["rtt"]);
     assert!(v["load"].is_null());
+    let out = bin().args(["diagnose", &url]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    let step1 = text.lines().find(|l| l.starts_with("[1/6]")).unwrap_or_else(|| panic!("{text}"));
+    assert!(step1.contains("port closed: 5 of 5 probes answered with RST"), "{step1}");
+    assert!(!step1.contains("answered)"), "RSTs counted as answers: {step1}");
+}
+
+/// A server that accepts connections and never answers is not "down": the
+/// verdict says it accepted and did not answer, and sends nobody to check that it runs.
+#[test]
+fn a_server_that_accepts_and_never_answers_is_no_response() {
+    let _g = serial();
+    let port = free_port();
+    let c = Command::new("python3")
+        .arg(common::data("lab/odd_server.py"))
+        .args(["--port", &port.to_string(), "--mode", "silent", "--max-seconds", "60"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut p = Proc(c);
+    wait_listening(port, &mut p);
+    let (code, v) = diagnose(&format!("http://127.0.0.1:{port}/"), &[]);
+    assert_eq!((code, cause(&v)), (5, "no_response"), "{v:#}");
+    let summary = v["verdict"]["summary"].as_str().unwrap();
+    assert!(summary.contains("accepts connections") && summary.contains("no complete response"), "{summary}");
+    assert_eq!(v["rtt"]["open"].as_u64(), Some(5), "{:#}", v["rtt"]);
+    let all = format!("{summary}\n{}", fixes(&v));
+    assert!(!all.contains("runs and listens") && !all.contains("Start the server"), "{all}");
+    assert!(fixes(&v).contains("stuck") || summary.contains("stuck"), "{all}");
+}
+
+/// bench's loop waits with epoll_pwait2, which an old kernel or a seccomp profile
+/// may lack (`strace -e inject` makes it so): diagnose still finds the stall; and
+/// when no epoll wait works at all, the load measured nothing, so there is no
+/// verdict: exit 5 and one line saying which step and why.
+#[test]
+fn without_epoll_pwait2_the_stall_is_still_found_and_without_epoll_there_is_no_verdict() {
+    if !common::require("strace") {
+        return;
+    }
+    let _g = serial();
+    let (_p, servers) = lab(&[]);
+    let nagle = url_of(&servers, "nagle");
+    let strace = |inject: &str, json: bool| {
+        let mut c = Command::new("strace");
+        c.args(["-f", "-qq", "-o", "/dev/null", "-e", &format!("inject={inject}:error=ENOSYS")])
+            .arg(env!("CARGO_BIN_EXE_tcpdoctor"))
+            .args(["diagnose", "--no-inspect", nagle]);
+        if json {
+            c.arg("--json");
+        }
+        common::run_bounded(c, Duration::from_secs(60)).0
+    };
+    let out = strace("epoll_pwait2", true);
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!((out.status.code(), cause(&v)), (Some(1), "nagle_delayed_ack"), "{v:#}");
+    let load = v["load"]["latency"]["p50"].as_f64().unwrap();
+    assert!((38.0..52.0).contains(&load), "load p50 {load} ms");
+
+    let out = strace("epoll_pwait2,epoll_pwait,epoll_wait", false);
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{text}{err}");
+    assert!(!text.contains("VERDICT") && !text.contains("No latency problem"), "{text}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("tcpdoctor: step 2 (under load): nothing measured: ") && err.contains("epoll"), "{err}");
+    let out = strace("epoll_pwait2,epoll_pwait,epoll_wait", true);
+    assert_eq!(out.status.code(), Some(5));
+    assert!(out.stdout.is_empty(), "no record without a verdict: {}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// A server that stalls under load, then stops answering new connections: the
+/// quick-ACK experiment (step 3) gets no response, so it cannot say what the load's
+/// excess was. No verdict from the rest: exit 5 and one line naming step 3.
+#[test]
+fn a_quickack_experiment_that_measured_nothing_gives_no_verdict() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    let port = free_port();
+    // 10 connections for the requests alone and 8 for the load are answered (as root,
+    // step 1's raw SYNs are never accepted); the experiment's are not.
+    let c = Command::new("python3")
+        .arg(common::data("lab/wwr_server.py"))
+        .args(["--port", &port.to_string(), "--mode", "wwr", "--answer-connections", "18", "--max-seconds", "60"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut p = Proc(c);
+    wait_listening(port, &mut p);
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = bin().args(["diagnose", &url, "-c", "8", "--no-capture", "--no-inspect"]).output().unwrap();
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{text}{err}");
+    assert!(text.contains("[2/6] Under load      median 4") && !text.contains("VERDICT"), "{text}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let want = "tcpdoctor: step 3 (quick-ACK A/B): nothing measured: the server at";
+    assert!(err.starts_with(want) && err.contains("sent no complete response within 1 s"), "{err}");
+}
+
+/// A capture on an interface the traffic does not take sees none of the load. Zero
+/// packets are no evidence: the capture is left out and NOT CHECKED says why, rather
+/// than a "high confidence" verdict leaning on it.
+#[test]
+fn a_capture_that_saw_none_of_the_load_is_left_out() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    // A namespace of our own, with its loopback and an idle veth pair.
+    let ns = common::Namespaces::new(&["cap"]);
+    let n = ns.get(0);
+    common::sh(&["ip", "-n", n, "link", "add", "quiet0", "type", "veth", "peer", "name", "quiet1"]);
+    common::sh(&["ip", "-n", n, "link", "set", "quiet0", "up"]);
+    common::sh(&["ip", "-n", n, "link", "set", "quiet1", "up"]);
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", n, "python3"]).arg(common::data("lab/wwr_server.py"));
+    c.args(["--port", "18080", "--mode", "wwr", "--nodelay", "--max-seconds", "60"]);
+    let (_server, _) = Proc::started(c);
+    let out = Command::new("ip")
+        .args(["netns", "exec", n])
+        .arg(env!("CARGO_BIN_EXE_tcpdoctor"))
+        .args(["diagnose", "http://127.0.0.1:18080/", "-i", "quiet0", "--no-inspect", "--json"])
+        .output()
+        .unwrap();
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!((out.status.code(), cause(&v)), (Some(0), "none"), "{v:#}");
+    assert!(v["capture"].is_null(), "{:#}", v["capture"]);
+    assert_eq!(v["verdict"]["confidence"], "medium", "{:#}", v["verdict"]);
+    let missing = v["missing"].to_string();
+    assert!(missing.contains("step 4: no packet of the load was seen on quiet0"), "{missing}");
 }
 
 /// Without root the verdict still comes from steps 1-3, and the record says
@@ -418,12 +556,15 @@ fn before_must_be_a_diagnose_record() {
 
 #[test]
 fn bad_urls_fail_in_one_line() {
-    for (url, want) in
-        [("https://127.0.0.1/", "https is not supported"), ("http://no-such-host.invalid/", "cannot resolve")]
-    {
-        let out: Output = bin().args(["diagnose", url]).output().unwrap();
+    for (args, want, code) in [
+        (&["https://127.0.0.1/"][..], "https is not supported", 2),
+        (&["http://127.0.0.1:0/"], "port 0", 2),
+        (&["http://127.0.0.1:9/", "--verify", "ftp://127.0.0.1/"], "unknown scheme", 2),
+        (&["http://no-such-host.invalid/"], "cannot resolve", 3),
+    ] {
+        let out: Output = bin().arg("diagnose").args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
         assert!(err.contains(want) && err.lines().count() == 1, "{err}");
     }
 }

@@ -317,7 +317,7 @@ fn bench_and_diagnose_reports_from_a_live_run() {
     let (out, _) = run_bounded(
         {
             let mut c = bin();
-            c.args(["diagnose", &nagle, "--html"]).arg(&diag_html);
+            c.args(["diagnose", &nagle, "--json", "--html"]).arg(&diag_html);
             c
         },
         Duration::from_secs(60),
@@ -327,6 +327,14 @@ fn bench_and_diagnose_reports_from_a_live_run() {
     well_formed(&html).unwrap();
     self_contained(&html);
     assert!(html.contains("Nagle + delayed ACK") && html.contains("one request alone"));
+    // The requests alone are drawn: as many in the histogram as were measured, and as bars.
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let alone = v["alone"]["requests"].as_u64().unwrap();
+    let bins = v["alone"]["latency_histogram"]["bins"].as_array().unwrap();
+    let drawn: u64 = bins.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert!(alone > 0 && drawn == alone, "{alone} requests alone, {drawn} in the histogram: {:#}", v["alone"]);
+    assert!(html.contains(&format!("one request alone ({alone})")), "legend of the alone series");
+    assert!(html.contains("<title>one request alone, "), "no bar for the requests alone");
     // As root the capture gives the ladder; without it, the page says what is missing.
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;

@@ -32,15 +32,32 @@ fn lab(script: &str, args: &[&str]) -> Server {
     Server { p, port }
 }
 
-/// Runs `tcpdoctor bench ARGS --json URL`; returns the report and the wall time.
+/// Runs `tcpdoctor bench ARGS --json URL`, which must measure something; returns the report and the wall time.
 fn bench(port: u16, args: &[&str]) -> (Value, Duration) {
+    let (out, took) = bench_run(port, args);
+    assert!(out.status.success(), "bench {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    (serde_json::from_slice(&out.stdout).expect("JSON"), took)
+}
+
+/// Runs `tcpdoctor bench ARGS --json URL` that measures nothing: exit 5, the report still
+/// printed, and one line on stderr that says why; returns the report, that line and the wall time.
+fn bench_nothing(port: u16, args: &[&str]) -> (Value, String, Duration) {
+    let (out, took) = bench_run(port, args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(5), "bench {args:?}: {err}");
+    assert!(err.starts_with("tcpdoctor: nothing measured: ") && err.lines().count() == 1, "{err}");
+    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["requests"], 0, "{r:#}");
+    assert_eq!(r["nothing_measured"].as_str(), err.trim_end().strip_prefix("tcpdoctor: nothing measured: "));
+    (r, err, took)
+}
+
+fn bench_run(port: u16, args: &[&str]) -> (std::process::Output, Duration) {
     let url = format!("http://127.0.0.1:{port}/");
     let t = Instant::now();
     let out =
         Command::new(env!("CARGO_BIN_EXE_tcpdoctor")).arg("bench").args(args).args(["--json", &url]).output().unwrap();
-    let took = t.elapsed();
-    assert!(out.status.success(), "bench {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    (serde_json::from_slice(&out.stdout).expect("JSON"), took)
+    (out, t.elapsed())
 }
 
 fn f(v: &Value, path: &str) -> f64 {
@@ -125,26 +142,30 @@ fn client_side_nagle_with_split_writes() {
 }
 
 #[test]
-fn silent_server_gives_counted_timeouts_and_the_run_ends_on_time() {
+fn silent_server_gives_counted_timeouts_exit_5_and_the_run_ends_on_time() {
     let s = lab("odd_server.py", &["--mode", "silent"]);
-    let (r, took) = bench(s.port, &["-t1", "-c3", "-d2s", "--timeout", "500ms"]);
-    assert_eq!(f(&r, "requests"), 0.0);
+    let (r, err, took) = bench_nothing(s.port, &["-t1", "-c3", "-d2s", "--timeout", "500ms"]);
     assert!(f(&r, "errors.timeout") >= 6.0, "{r:#}");
     assert!(notes(&r).contains("never answered"), "{}", notes(&r));
+    // Connections were made: the line says the server took them and never answered, not "unable to connect".
+    let accepted = f(&r, "connect.count");
+    assert!(accepted >= 3.0, "{r:#}");
+    let want = format!("accepted {accepted} connections but sent no complete response within 500 ms");
+    assert!(err.contains(&want), "{err}");
     assert!(took < Duration::from_millis(2500 + 500), "took {took:?}");
 }
 
 #[test]
 fn resets_garbage_chunked_and_http10() {
     let reset = lab("odd_server.py", &["--mode", "reset"]);
-    let (r, _) = bench(reset.port, &["-t1", "-c2", "-d1s"]);
-    assert_eq!(f(&r, "requests"), 0.0);
+    let (r, err, _) = bench_nothing(reset.port, &["-t1", "-c2", "-d1s"]);
     assert!(f(&r, "errors.read") > 0.0, "{r:#}");
+    assert!(err.contains("before a complete response"), "{err}");
 
     let garbage = lab("odd_server.py", &["--mode", "garbage"]);
-    let (r, _) = bench(garbage.port, &["-t1", "-c2", "-d1s"]);
-    assert_eq!(f(&r, "requests"), 0.0);
+    let (r, err, _) = bench_nothing(garbage.port, &["-t1", "-c2", "-d1s"]);
     assert!(f(&r, "errors.malformed") > 0.0, "{r:#}");
+    assert!(err.contains("no valid HTTP/1.x response"), "{err}");
 
     let chunked = lab("odd_server.py", &["--mode", "chunked"]);
     let (r, _) = bench(chunked.port, &["-t1", "-c2", "-d1s"]);
@@ -237,10 +258,15 @@ fn tempdir() -> std::path::PathBuf {
 }
 
 #[test]
-fn bad_urls_fail_with_one_line_and_code_3() {
-    for (url, what) in [("https://127.0.0.1/", "https is not supported"), ("http://no.such.host.invalid/", "resolve")] {
+fn bad_urls_fail_with_one_line_code_2_and_unknown_hosts_3() {
+    for (url, what, code) in [
+        ("https://127.0.0.1/", "https is not supported", 2),
+        ("http://127.0.0.1:0/", "port 0", 2),
+        ("http://127.0.0.1:http/", "bad port", 2),
+        ("http://no.such.host.invalid/", "resolve", 3),
+    ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tcpdoctor")).args(["bench", "-d1s", url]).output().unwrap();
-        assert_eq!(out.status.code(), Some(3), "{url}");
+        assert_eq!(out.status.code(), Some(code), "{url}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(what) && err.lines().count() == 1, "{err}");
     }
@@ -286,13 +312,51 @@ fn progress_line_on_a_terminal() {
 }
 
 #[test]
-fn refused_connects_are_counted_with_their_reason() {
+fn refused_connects_are_counted_with_their_reason_and_exit_5() {
     let port = free_port(); // nothing listens there
-    let (r, took) = bench(port, &["-t1", "-c2", "-d1s"]);
-    assert_eq!(f(&r, "requests"), 0.0);
+    let (r, err, took) = bench_nothing(port, &["-t1", "-c2", "-d1s"]);
     assert!(f(&r, "errors.connect") > 10.0, "{r:#}");
     assert!(notes(&r).contains("Connection refused"), "{}", notes(&r));
+    // As wrk's "unable to connect", with the first connect error.
+    assert!(err.contains(&format!("unable to connect to 127.0.0.1:{port}: Connection refused")), "{err}");
     assert!(took < Duration::from_secs(2), "took {took:?}");
+    // The text report is printed too, before that line.
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpdoctor"))
+        .args(["bench", "-t1", "-c1", "-d300ms", &format!("http://127.0.0.1:{port}/")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 requests in"), "{out:?}");
+}
+
+/// `strace -e inject=…:error=ENOSYS` makes the kernel seem to lack a call: bench
+/// falls back from epoll_pwait2 (Linux >= 5.11) to epoll_pwait and measures as
+/// usual; when every epoll wait fails it measures nothing and says so (exit 5).
+#[test]
+fn without_epoll_pwait2_bench_falls_back_and_without_any_wait_exits_5() {
+    if !common::require("strace") {
+        return;
+    }
+    let s = lab("wwr_server.py", &["--mode", "wwr"]);
+    let url = format!("http://127.0.0.1:{}/", s.port);
+    let strace = |inject: &str| {
+        let mut c = Command::new("strace");
+        c.args(["-f", "-qq", "-o", "/dev/null", "-e", &format!("inject={inject}:error=ENOSYS")])
+            .arg(env!("CARGO_BIN_EXE_tcpdoctor"))
+            .args(["bench", "-t1", "-c2", "-d2s", "--json", &url]);
+        common::run_bounded(c, Duration::from_secs(20)).0
+    };
+    let out = strace("epoll_pwait2");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let p50 = f(&r, "latency.p50");
+    assert!((38.0..=52.0).contains(&p50) && f(&r, "requests") > 20.0, "p50 {p50} ms: {r:#}");
+
+    let out = strace("epoll_pwait2,epoll_pwait,epoll_wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.lines().count() == 1 && err.contains("nothing measured") && err.contains("epoll"), "{err}");
+    assert!(out.stdout.is_empty(), "no report of a run that could not count: {:?}", out.stdout);
 }
 
 #[test]

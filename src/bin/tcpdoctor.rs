@@ -14,7 +14,7 @@ use tcpdoctor::inspect::{self, InspectError};
 use tcpdoctor::measure::common::{
     Error as MeasureError, Family, parse_duration, parse_positive_duration, parse_run_length,
 };
-use tcpdoctor::measure::{probe, trace};
+use tcpdoctor::measure::{bench, probe, trace};
 use tcpdoctor::output::{self, OutputFile};
 use tcpdoctor::report::{self, Report};
 
@@ -35,6 +35,9 @@ mod exit {
     /// failed (no route, no permission…); inspect could not read the process
     /// (no ptrace permission, kernel too old).
     pub const NET: u8 = 5;
+    /// bench/diagnose: nothing was measured (no connection, no response, a
+    /// step that came back empty), so there is no number or verdict to give.
+    pub const NOT_MEASURED: u8 = 5;
     /// The results could not be written: standard output or an output file
     /// failed (disk full, I/O error). A closed pipe is not a failure.
     pub const OUTPUT: u8 = 6;
@@ -59,8 +62,12 @@ enum Cmd {
 (standard output or --html failed; a closed pipe is not a failure).")]
     Analyze(AnalyzeArgs),
     /// HTTP/1.1 load like wrk (same flags and layout), plus time to first byte, read gaps and client knobs.
-    #[command(after_help = "Exit codes: 0 the run completed (even with errors: they are counted in the report); \
-2 bad command line; 3 the run could not start (bad URL, unresolvable host).\n\n\
+    #[command(after_help = "Exit codes: 0 the run completed and measured responses (errors are counted in the \
+report); 2 bad command line: a URL that cannot be used as written (syntax, https, port 0), -c/-t/-R of 0, a -H \
+without a colon or with a bad name, a bad --method, a --body-file over 64 MiB; 3 the run could not start (host \
+that does not resolve, unreadable --body-file, too few open files); 5 nothing was measured: no connection could \
+be made (the first connect error says why), or none got a complete response (the report is printed, then one line \
+says why); 6 the results could not be written (standard output or --html).\n\n\
 Latency is measured from writing the request to the response's last byte (with -R, from when the request \
 was due). Ctrl-C stops the run and prints what was measured.")]
     Bench(BenchArgs),
@@ -119,7 +126,11 @@ missing. Step 5 also traces the server's reads and writes with ptrace for 0.5 s 
 which slows the requests it serves meanwhile.
 
 Exit codes: 0 no latency problem found (with --verify/--before: the fix worked); 1 a cause was found (with \
---verify/--before: not fixed); 2 bad command line; 3 bad URL or unknown host; 5 the server did not answer HTTP.")]
+--verify/--before: not fixed); 2 bad command line: a URL that cannot be used as written (syntax, https, port 0), \
+-i naming no interface, a --before file that is not a `diagnose --json` record or is over 64 MiB; 3 unknown host; \
+5 the server did not answer HTTP (verdict closed, no_response or unreachable), or a step the verdict needs \
+measured nothing (one line says which step and why, and there is no verdict); 6 the results could not be written \
+(standard output or --html).")]
     Diagnose(DiagnoseArgs),
     /// Start reproduction servers on 127.0.0.1 and print their URLs (Ctrl-C stops them).
     #[command(after_help = "Servers: (a) nagle: keep-alive, header then body in two writes, Nagle on; (b) nodelay: \
@@ -160,7 +171,7 @@ struct DiagnoseArgs {
     /// Also diagnose URL2 (the fixed server) and print before/after side by side.
     #[arg(long, value_name = "URL2", conflicts_with = "before")]
     verify: Option<String>,
-    /// Compare with an earlier run saved with `--json > FILE` (re-run after a fix).
+    /// Compare with an earlier run saved with `--json > FILE` (re-run after a fix; at most 64 MiB).
     #[arg(long, value_name = "FILE")]
     before: Option<PathBuf>,
     /// Keep-alive connections for the load.
@@ -235,10 +246,10 @@ struct BenchArgs {
     /// http://HOST[:PORT][/PATH]
     url: String,
     /// Connections to keep open (all are used, whatever -t is).
-    #[arg(short = 'c', long, default_value_t = 10)]
+    #[arg(short = 'c', long, default_value_t = 10, value_parser = at_least_one)]
     connections: usize,
     /// Worker threads.
-    #[arg(short = 't', long, default_value_t = 2)]
+    #[arg(short = 't', long, default_value_t = 2, value_parser = at_least_one)]
     threads: usize,
     /// Duration of the test, e.g. 10s, 2m.
     #[arg(short = 'd', long, default_value = "10s", value_parser = parse_run_length)]
@@ -250,19 +261,19 @@ struct BenchArgs {
     #[arg(long)]
     latency: bool,
     /// Add a request header, e.g. -H 'Accept: */*' (repeatable).
-    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    #[arg(short = 'H', long = "header", value_name = "HEADER", value_parser = parse_header)]
     headers: Vec<String>,
     /// Request method.
-    #[arg(long, default_value = "GET")]
+    #[arg(long, default_value = "GET", value_parser = bench::check_method)]
     method: String,
     /// Request body.
     #[arg(long, conflicts_with = "body_file")]
     body: Option<String>,
-    /// Request body from a file.
+    /// Request body from a file (at most 64 MiB).
     #[arg(long, value_name = "FILE")]
     body_file: Option<PathBuf>,
     /// Fixed total request rate (requests/s); latency then counts from when each request was due (as wrk2).
-    #[arg(short = 'R', long = "rate", value_name = "RATE")]
+    #[arg(short = 'R', long = "rate", value_name = "RATE", value_parser = parse_rate, allow_negative_numbers = true)]
     rate: Option<f64>,
     /// A new connection for every request (like ab without -k).
     #[arg(long)]
@@ -400,16 +411,67 @@ the listening ports and their processes"
     }
 }
 
+/// `-c`, `-t`: a whole number, 1 or more.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a whole number")),
+    }
+}
+
+/// `-R`: a positive, finite number of requests/s.
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let r = s.parse::<f64>().map_err(|_| format!("`{s}` is not a number of requests/s"))?;
+    bench::check_rate(r)
+}
+
+/// `-H`: one `Name: value` line.
+fn parse_header(s: &str) -> Result<String, String> {
+    bench::check_header(s).map(|()| s.to_string())
+}
+
+/// A URL that cannot be used as written is a bad command line, found before any traffic.
+fn check_url(url: &str) -> Result<(), ExitCode> {
+    bench::split_url(url).map(drop).map_err(|e| fail(exit::USAGE, e))
+}
+
+/// Reads a file named by `option`, refusing one over `limit` bytes (exit 2); `io_exit` when it cannot be read.
+fn read_option_file(
+    option: &str,
+    path: &std::path::Path,
+    limit: u64,
+    io_exit: u8,
+    why: &str,
+) -> Result<Vec<u8>, ExitCode> {
+    use tcpdoctor::input::{ReadError, read_bounded, size_words};
+    read_bounded(path, limit).map_err(|e| match e {
+        ReadError::Io(e) => fail(io_exit, format!("{option} {}: {e}", path.display())),
+        ReadError::TooLarge => {
+            fail(exit::USAGE, format!("{option} {}: larger than {} ({why})", path.display(), size_words(limit)))
+        }
+    })
+}
+
 fn run_bench(a: BenchArgs) -> ExitCode {
+    if let Err(code) = check_url(&a.url) {
+        return code;
+    }
     let body = match (&a.body, &a.body_file) {
         (Some(b), _) => b.clone().into_bytes(),
-        (None, Some(f)) => match std::fs::read(f) {
+        (None, Some(f)) => match read_option_file(
+            "--body-file",
+            f,
+            bench::MAX_BODY_FILE,
+            exit::INPUT,
+            "the body is held in memory and sent with every request; use a smaller one",
+        ) {
             Ok(b) => b,
-            Err(e) => return fail(exit::INPUT, format!("--body-file {}: {e}", f.display())),
+            Err(code) => return code,
         },
         (None, None) => Vec::new(),
     };
-    let o = tcpdoctor::measure::bench::Options {
+    let o = bench::Options {
         url: a.url,
         threads: a.threads,
         connections: a.connections,
@@ -430,7 +492,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
     };
     let bar = report::progress::RunBar::new("", a.duration);
     tcpdoctor::interrupt::catch();
-    let result = tcpdoctor::measure::bench::run(&o, &mut |t, n| bar.update(t, n));
+    let result = bench::run(&o, &mut |t, n| bar.update(t, n));
     drop(bar);
     match result {
         Ok(r) => {
@@ -439,9 +501,17 @@ fn run_bench(a: BenchArgs) -> ExitCode {
             } else {
                 print(&report::bench::render(&r, a.latency));
             }
-            write_html(html, || report::html::bench(&r), exit::OK)
+            match &r.nothing_measured {
+                Some(why) => {
+                    write_html(html, || report::html::bench(&r), exit::NOT_MEASURED);
+                    fail(exit::NOT_MEASURED, format!("nothing measured: {why}"))
+                }
+                None => write_html(html, || report::html::bench(&r), exit::OK),
+            }
         }
-        Err(e) => fail(exit::INPUT, e),
+        Err(e @ bench::BenchError::Usage(_)) => fail(exit::USAGE, e),
+        Err(e @ bench::BenchError::Start(_)) => fail(exit::INPUT, e),
+        Err(bench::BenchError::NotMeasured(why)) => fail(exit::NOT_MEASURED, format!("nothing measured: {why}")),
     }
 }
 
@@ -790,7 +860,41 @@ fn diagnose_options(a: &DiagnoseArgs) -> diagnose::Options {
     }
 }
 
+/// diagnose's failures: each kind has its exit code.
+fn diagnose_failed(e: diagnose::DiagnoseError) -> ExitCode {
+    use diagnose::DiagnoseError as E;
+    let code = match e {
+        E::Usage(_) => exit::USAGE,
+        E::Resolve(_) => exit::INPUT,
+        E::NotMeasured(_) => exit::NOT_MEASURED,
+    };
+    fail(code, e)
+}
+
+/// A file saved with `diagnose --json`, for `--before`.
+fn read_before(f: &std::path::Path) -> Result<report::diagnose::Summary, ExitCode> {
+    let why = "so not a `diagnose --json` record, which is a few KB";
+    let bytes = read_option_file("--before", f, diagnose::MAX_BEFORE_FILE, exit::USAGE, why)?;
+    let v = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .map_err(|e| fail(exit::USAGE, format!("--before {}: {e}", f.display())))?;
+    report::diagnose::Summary::from_json(&v)
+        .ok_or_else(|| fail(exit::USAGE, format!("--before {}: not the output of `diagnose --json`", f.display())))
+}
+
 fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
+    // Everything the command line names is checked before any traffic.
+    for url in std::iter::once(&a.url).chain(&a.verify) {
+        if let Err(code) = check_url(url) {
+            return code;
+        }
+    }
+    if let Some(i) = a.interface.as_deref().filter(|i| !tcpdoctor::capture::live::interface_exists(i)) {
+        return fail(exit::USAGE, format!("-i {i}: no such interface (`ip link` lists them)"));
+    }
+    let before = match a.before.as_deref().map(read_before).transpose() {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
     let html = match html_file(&a.html) {
         Ok(h) => h,
         Err(code) => return code,
@@ -824,24 +928,9 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
                     if c.fixed { exit::OK } else { exit::NO_REPLY },
                 )
             }
-            Err(e) => fail(exit::INPUT, e),
+            Err(e) => diagnose_failed(e),
         };
     }
-    let before = match &a.before {
-        None => None,
-        Some(f) => {
-            let v = std::fs::read(f)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string()));
-            match v.map(|v| report::diagnose::Summary::from_json(&v)) {
-                Ok(Some(s)) => Some(s),
-                Ok(None) => {
-                    return fail(exit::USAGE, format!("--before {}: not the output of `diagnose --json`", f.display()));
-                }
-                Err(e) => return fail(exit::USAGE, format!("--before {}: {e}", f.display())),
-            }
-        }
-    };
     if !json {
         print(&format!("tcpdoctor diagnose {}\n", a.url));
     }
@@ -864,12 +953,12 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
             }
             let code = match r.verdict.cause {
                 "none" => exit::OK,
-                "unreachable" => exit::NET,
+                "closed" | "no_response" | "unreachable" => exit::NOT_MEASURED,
                 _ => exit::NO_REPLY,
             };
             write_html(html, || report::html::diagnose(&r, None), code)
         }
-        (Err(e), _) => fail(exit::INPUT, e),
+        (Err(e), _) => diagnose_failed(e),
     }
 }
 

@@ -2,6 +2,7 @@
 //! connection starts in quick-ACK mode, so this is the latency without any
 //! Nagle + delayed-ACK interplay: the baseline the load is compared with.
 
+use super::conclude::NoAnswer;
 use crate::dist::Dist;
 use crate::measure::bench::http::{Fed, Reader, Request};
 use crate::report::diagnose::LoadStep;
@@ -18,7 +19,7 @@ pub struct Alone {
     /// HTTP status of the first response.
     pub status: Option<u16>,
     /// Why the first failed request failed (refused, timed out, not HTTP…).
-    pub first_error: Option<String>,
+    pub first_error: Option<(NoAnswer, String)>,
 }
 
 /// Sends up to `count` requests, each on its own connection, stopping
@@ -59,6 +60,7 @@ pub fn run(addr: SocketAddr, req: &Request, count: u32, timeout: Duration, budge
     out.step.latency = crate::measure::bench::distribution(&lat);
     out.step.time_to_first_byte = crate::measure::bench::distribution(&ttfb);
     out.step.max_read_gap = crate::measure::bench::distribution(&gap);
+    out.step.latency_histogram = crate::report::Histogram::from(&lat);
     out.step.errors = errors;
     out
 }
@@ -71,12 +73,17 @@ struct One {
     server: Option<String>,
 }
 
-fn one(addr: SocketAddr, req: &Request, timeout: Duration, want_header: bool) -> Result<One, String> {
-    let mut c = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect to {addr}: {e}"))?;
+fn one(addr: SocketAddr, req: &Request, timeout: Duration, want_header: bool) -> Result<One, (NoAnswer, String)> {
+    let mut c = TcpStream::connect_timeout(&addr, timeout).map_err(|e| {
+        let kind =
+            if e.kind() == std::io::ErrorKind::ConnectionRefused { NoAnswer::Refused } else { NoAnswer::Unreachable };
+        (kind, format!("connect to {addr}: {e}"))
+    })?;
     let _ = c.set_nodelay(true);
     let deadline = Instant::now() + timeout;
     let t0 = Instant::now();
-    c.write_all(&req.whole).map_err(|e| format!("write to {addr}: {e}"))?;
+    let closed = |what: &str, e: std::io::Error| (NoAnswer::Closed, format!("{what} {addr}: {e}"));
+    c.write_all(&req.whole).map_err(|e| closed("write to", e))?;
     let mut reader = Reader::default();
     let mut buf = [0u8; 16 << 10];
     let (mut first, mut prev, mut gap) = (None, t0, Duration::ZERO);
@@ -84,13 +91,16 @@ fn one(addr: SocketAddr, req: &Request, timeout: Duration, want_header: bool) ->
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("no complete response from {addr} within {} ms", timeout.as_millis()));
+            return Err((
+                NoAnswer::Silent,
+                format!("no complete response from {addr} within {} ms", timeout.as_millis()),
+            ));
         }
-        c.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        c.set_read_timeout(Some(left)).map_err(|e| closed("read from", e))?;
         let n = match c.read(&mut buf) {
             Ok(n) => n,
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
-            Err(e) => return Err(format!("read from {addr}: {e}")),
+            Err(e) => return Err(closed("read from", e)),
         };
         let now = Instant::now();
         if n == 0 {
@@ -102,7 +112,7 @@ fn one(addr: SocketAddr, req: &Request, timeout: Duration, want_header: bool) ->
                     status: d.status,
                     server: server_header(&head),
                 }),
-                None => Err(format!("{addr} closed the connection before a complete response")),
+                None => Err((NoAnswer::Closed, format!("{addr} closed the connection before a complete response"))),
             };
         }
         if first.is_some() {
@@ -124,7 +134,7 @@ fn one(addr: SocketAddr, req: &Request, timeout: Duration, want_header: bool) ->
                     server: server_header(&head),
                 });
             }
-            Err(e) => return Err(format!("{addr} did not answer in HTTP/1.x: {e}")),
+            Err(e) => return Err((NoAnswer::NotHttp, format!("{addr} did not answer in HTTP/1.x: {e}"))),
         }
     }
 }

@@ -10,6 +10,7 @@
 //! socket options confirm it independently.
 
 use super::fix::{self, Software};
+pub use super::no_answer::NoAnswer;
 use crate::report::Finding;
 use crate::report::diagnose::{CaptureStep, LoadStep, RttStep, ServerStep, Verdict, ms};
 
@@ -22,8 +23,8 @@ pub struct Facts<'a> {
     pub rtt: Option<&'a RttStep>,
     /// Step 2, fresh connections.
     pub alone: Option<&'a LoadStep>,
-    /// Why fresh-connection requests failed, if they did.
-    pub alone_error: Option<&'a str>,
+    /// Why fresh-connection requests failed, if they did: the kind, and in words.
+    pub alone_error: Option<(NoAnswer, &'a str)>,
     /// Step 2, keep-alive load.
     pub load: Option<&'a LoadStep>,
     /// Step 3.
@@ -74,15 +75,7 @@ fn nagle_capture(c: Option<&CaptureStep>) -> Option<&crate::report::NagleFinding
 pub fn conclude(f: &Facts<'_>) -> Verdict {
     let done = |s: Option<&LoadStep>| s.is_some_and(|s| s.requests > 0);
     if !done(f.alone) && !done(f.load) {
-        let why = f.alone_error.unwrap_or("no request got a complete response");
-        return Verdict {
-            cause: "unreachable",
-            summary: format!("{} did not answer HTTP: {why}.", f.server),
-            confidence: "high",
-            evidence: vec![format!("step 2: {why}")],
-            fix: vec!["Check that the server runs and listens on that address and port (`ss -ltnp`).".into()],
-            ..Verdict::default()
-        };
+        return super::no_answer::verdict(f);
     }
     if let Some(v) = nagle(f) {
         return v;
@@ -404,7 +397,7 @@ mod tests {
     }
 
     fn rtt(ms: f64) -> RttStep {
-        RttStep { method: "raw_syn", sent: 5, received: 5, min_ms: Some(ms), avg_ms: Some(ms) }
+        RttStep { method: "raw_syn", sent: 5, received: 5, open: 5, closed: 0, min_ms: Some(ms), avg_ms: Some(ms) }
     }
 
     #[test]
@@ -540,7 +533,7 @@ mod tests {
     }
 
     #[test]
-    fn fast_everywhere_is_none_and_dead_is_unreachable() {
+    fn fast_everywhere_is_none_and_refused_is_closed() {
         let (alone, load) = (step(0.15, 0.14, 0.0, false), step(0.3, 0.2, 0.0, false));
         let f = Facts { server: "s".into(), alone: Some(&alone), load: Some(&load), ..Facts::default() };
         assert_eq!(conclude(&f).cause, "none");
@@ -548,12 +541,12 @@ mod tests {
         let f = Facts {
             server: "s".into(),
             alone: Some(&dead),
-            alone_error: Some("connection refused"),
+            alone_error: Some((NoAnswer::Refused, "connection refused")),
             ..Facts::default()
         };
         let v = conclude(&f);
-        assert_eq!(v.cause, "unreachable");
-        assert!(v.summary.contains("connection refused"));
+        assert_eq!(v.cause, "closed");
+        assert!(v.evidence.iter().any(|e| e.contains("connection refused")), "{:?}", v.evidence);
     }
 
     fn capture_with_loss(lost_ms: f64) -> CaptureStep {

@@ -8,6 +8,7 @@ mod alone;
 pub mod conclude;
 pub mod fix;
 mod local;
+mod no_answer;
 
 use crate::measure::bench::{self, http::Request};
 use crate::measure::probe;
@@ -17,6 +18,10 @@ use crate::report::diagnose::{
 };
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
+
+/// The largest `--before` file: a `diagnose --json` record is a few KB, a
+/// hundred connections' ladders included.
+pub const MAX_BEFORE_FILE: u64 = 64 << 20;
 
 /// What to diagnose and how hard to push.
 #[derive(Clone, Debug)]
@@ -68,15 +73,26 @@ pub enum Progress {
     End,
 }
 
-/// A diagnosis that could not start (bad URL, unknown host).
+/// A diagnosis that gave no verdict; the message says why.
 #[derive(Debug)]
-pub struct DiagnoseError(pub String);
+pub enum DiagnoseError {
+    /// The URL cannot be used as written.
+    Usage(String),
+    /// The host does not resolve.
+    Resolve(String),
+    /// A step the verdict needs measured nothing: which step, and why.
+    NotMeasured(String),
+}
 
 impl std::fmt::Display for DiagnoseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            DiagnoseError::Usage(m) | DiagnoseError::Resolve(m) | DiagnoseError::NotMeasured(m) => f.write_str(m),
+        }
     }
 }
+
+impl std::error::Error for DiagnoseError {}
 
 /// Runs the method against one URL. `say` gets each step's line as soon as
 /// the step ends; `progress` hears how the timed (load) steps go.
@@ -86,12 +102,12 @@ pub fn run(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<DiagnoseReport, DiagnoseError> {
     let start = Instant::now();
-    let (authority, host, port, path) = bench::split_url(&o.url).map_err(|e| DiagnoseError(e.0))?;
+    let (authority, host, port, path) = bench::split_url(&o.url).map_err(|e| DiagnoseError::Usage(e.to_string()))?;
     let addr = (host.as_str(), port)
         .to_socket_addrs()
-        .map_err(|e| DiagnoseError(format!("URL {:?}: cannot resolve {host}: {e}", o.url)))?
+        .map_err(|e| DiagnoseError::Resolve(format!("URL {:?}: cannot resolve {host}: {e}", o.url)))?
         .next()
-        .ok_or_else(|| DiagnoseError(format!("URL {:?}: {host} has no address", o.url)))?;
+        .ok_or_else(|| DiagnoseError::Resolve(format!("URL {:?}: {host} has no address", o.url)))?;
     let local = local::is_local(addr.ip());
     let mut missing = Vec::new();
 
@@ -114,10 +130,16 @@ pub fn run(
                 ms(alone.step.time_to_first_byte.p50),
                 alone.step.requests
             ),
-            Some(e) => format!("no answer: {e}"),
-            None => "no answer".into(),
+            Some((_, e)) => format!("no answer: {e}"),
+            None => "not measured".into(),
         },
     ));
+    if alone.step.requests == 0 && alone.first_error.is_none() {
+        // Neither a response nor a failure: stopped before the first request ended.
+        return Err(DiagnoseError::NotMeasured(
+            "step 2 (one request alone): nothing measured: interrupted before any request completed".into(),
+        ));
+    }
 
     let mut report = DiagnoseReport {
         schema: SCHEMA_VERSION,
@@ -137,11 +159,11 @@ pub fn run(
         missing: Vec::new(),
     };
     if alone.step.requests > 0 {
-        let (load, capture, server) = load_step(o, addr, local, say, progress, &mut missing);
-        report.load = load;
+        let (load, capture, server) = load_step(o, addr, local, say, progress, &mut missing)?;
+        report.quickack = experiment(o, &alone.step, &load, say, progress, &mut missing)?;
+        report.load = Some(load);
         report.capture = capture;
         report.server = server;
-        report.quickack = experiment(o, &alone.step, report.load.as_ref(), say, progress, &mut missing);
         // Steps 4 and 5 ran beside the load; they are printed in the method's order.
         if let Some(c) = &report.capture {
             say(&step_line(4, "Capture", &local::capture_line(c)));
@@ -156,7 +178,7 @@ pub fn run(
         server: addr.to_string(),
         rtt: report.rtt.as_ref(),
         alone: report.alone.as_ref(),
-        alone_error: alone.first_error.as_deref(),
+        alone_error: alone.first_error.as_ref().map(|(k, e)| (*k, e.as_str())),
         load: report.load.as_ref(),
         quickack: report.quickack.as_ref(),
         capture: report.capture.as_ref(),
@@ -198,20 +220,17 @@ fn rtt_step(addr: SocketAddr, say: &mut dyn FnMut(&str), missing: &mut Vec<Strin
     };
     match probe::run(&o, |_| {}) {
         Ok(r) => {
+            let count = |state: &str| r.probes.iter().filter(|p| p.state == state).count() as u32;
             let s = RttStep {
                 method: r.method,
                 sent: r.summary.sent,
                 received: r.summary.received,
+                open: count("open"),
+                closed: count("closed"),
                 min_ms: r.summary.min_ms,
                 avg_ms: r.summary.avg_ms,
             };
-            let how = if r.method == "raw_syn" { "raw SYN, kernel timestamps" } else { "timed connect()" };
-            let text = match (s.min_ms, s.avg_ms) {
-                (Some(min), Some(avg)) => {
-                    format!("min {}, avg {} ({how}, {} of {} answered)", ms(min), ms(avg), s.received, s.sent)
-                }
-                _ => format!("no answer to {} probes ({how})", s.sent),
-            };
+            let text = rtt_line(&s);
             if r.method != "raw_syn" {
                 missing.push("step 1: RTT from connect() (includes this process's own overhead): run as root for raw SYNs with kernel timestamps".into());
             }
@@ -223,6 +242,24 @@ fn rtt_step(addr: SocketAddr, say: &mut dyn FnMut(&str), missing: &mut Vec<Strin
             missing.push(format!("step 1: {e}"));
             None
         }
+    }
+}
+
+/// Step 1's line: a SYN-ACK is an answer, a RST says the port is closed.
+fn rtt_line(s: &RttStep) -> String {
+    let how = if s.method == "raw_syn" { "raw SYN, kernel timestamps" } else { "timed connect()" };
+    let rst = match s.closed {
+        0 => String::new(),
+        n => format!(", {n} with RST"),
+    };
+    match (s.open, s.min_ms, s.avg_ms) {
+        (0, _, _) if s.closed > 0 => {
+            format!("port closed: {} of {} probes answered with RST ({how})", s.closed, s.sent)
+        }
+        (open, Some(min), Some(avg)) if open > 0 => {
+            format!("min {}, avg {} ({how}, {open} of {} answered{rst})", ms(min), ms(avg), s.sent)
+        }
+        _ => format!("no answer to {} probes ({how})", s.sent),
     }
 }
 
@@ -272,7 +309,7 @@ fn load_step(
     say: &mut dyn FnMut(&str),
     progress: &mut dyn FnMut(Progress),
     missing: &mut Vec<String>,
-) -> (Option<LoadStep>, Option<CaptureStep>, Option<ServerStep>) {
+) -> Result<(LoadStep, Option<CaptureStep>, Option<ServerStep>), DiagnoseError> {
     let cap = if o.capture { local::start_capture(o, addr, missing) } else { None };
     if !o.capture {
         missing.push("step 4: packet capture turned off (--no-capture)".into());
@@ -287,24 +324,36 @@ fn load_step(
         missing.push("step 5: process inspection turned off (--no-inspect)".into());
     }
     let result = timed_bench(o, "load ", o.load, false, progress);
-    let capture = cap.and_then(|c| local::finish_capture(c, missing));
+    let mut capture = cap.and_then(|c| local::finish_capture(c, missing));
     let server = inspect.and_then(|i| local::finish_inspect(i, addr.port(), missing));
-    let load = match result {
-        Ok(r) => {
-            if r.interrupted {
-                missing.push("interrupted by Ctrl-C: the load ran short".into());
-            }
-            let l = LoadStep::of(&r);
-            say(&step_line(2, "Under load", &load_line(&l)));
-            Some(l)
-        }
-        Err(e) => {
-            say(&step_line(2, "Under load", &format!("not measured: {e}")));
-            missing.push(format!("step 2 (load): {e}"));
-            None
-        }
-    };
-    (load, capture, server)
+    let r = measured(result).map_err(|why| {
+        say(&step_line(2, "Under load", &format!("nothing measured: {why}")));
+        DiagnoseError::NotMeasured(format!("step 2 (under load): nothing measured: {why}"))
+    })?;
+    if r.interrupted {
+        missing.push("interrupted by Ctrl-C: the load ran short".into());
+    }
+    let l = LoadStep::of(&r);
+    say(&step_line(2, "Under load", &load_line(&l)));
+    if let Some(c) = capture.take_if(|c| c.packets == 0) {
+        // Responses came, packets did not: the capture watched the wrong place.
+        missing.push(format!(
+            "step 4: no packet of the load was seen on {} (not the interface the traffic uses? name it with -i)",
+            c.interface
+        ));
+    }
+    Ok((l, capture, server))
+}
+
+/// A timed step's report when it measured something; else why not, in words.
+fn measured(
+    r: Result<crate::report::bench::BenchReport, bench::BenchError>,
+) -> Result<crate::report::bench::BenchReport, String> {
+    let r = r.map_err(|e| e.to_string())?;
+    if r.requests > 0 {
+        return Ok(r);
+    }
+    Err(r.nothing_measured.unwrap_or_else(|| "no response completed".into()))
 }
 
 /// Step 3: the same load with TCP_QUICKACK on the client, when the load is
@@ -312,15 +361,14 @@ fn load_step(
 fn experiment(
     o: &Options,
     alone: &LoadStep,
-    load: Option<&LoadStep>,
+    load: &LoadStep,
     say: &mut dyn FnMut(&str),
     progress: &mut dyn FnMut(Progress),
     missing: &mut Vec<String>,
-) -> Option<LoadStep> {
-    let load = load?;
+) -> Result<Option<LoadStep>, DiagnoseError> {
     if crate::interrupt::requested() {
         missing.push("step 3: not run (interrupted by Ctrl-C)".into());
-        return None;
+        return Ok(None);
     }
     if !conclude::needs_experiment(alone, load) {
         say(&step_line(
@@ -333,26 +381,23 @@ fn experiment(
                 ms(alone.latency.p50)
             ),
         ));
-        return None;
+        return Ok(None);
     }
-    match timed_bench(o, "quick-ACK ", o.experiment, true, progress) {
-        Ok(r) => {
-            let q = LoadStep::of(&r);
-            say(&step_line(
-                3,
-                "Quick-ACK A/B",
-                &format!(
-                    "with TCP_QUICKACK on the client: median {} (without: {}); read gap inside a response: median {}",
-                    ms(q.latency.p50),
-                    ms(load.latency.p50),
-                    ms(load.max_read_gap.p50)
-                ),
-            ));
-            Some(q)
-        }
-        Err(e) => {
-            missing.push(format!("step 3: {e}"));
-            None
-        }
-    }
+    // Needed and empty would leave a slow load unexplained, and the verdict would fall through to "none".
+    let r = measured(timed_bench(o, "quick-ACK ", o.experiment, true, progress)).map_err(|why| {
+        say(&step_line(3, "Quick-ACK A/B", &format!("nothing measured: {why}")));
+        DiagnoseError::NotMeasured(format!("step 3 (quick-ACK A/B): nothing measured: {why}"))
+    })?;
+    let q = LoadStep::of(&r);
+    say(&step_line(
+        3,
+        "Quick-ACK A/B",
+        &format!(
+            "with TCP_QUICKACK on the client: median {} (without: {}); read gap inside a response: median {}",
+            ms(q.latency.p50),
+            ms(load.latency.p50),
+            ms(load.max_read_gap.p50)
+        ),
+    ));
+    Ok(Some(q))
 }

@@ -61,6 +61,8 @@ pub struct BenchReport {
     pub status_codes: BTreeMap<u16, u64>,
     /// Plain-language observations (delayed-ACK clustering and its signature).
     pub notes: Vec<String>,
+    /// When no response completed: why, in one sentence (then `bench` exits 5); else null.
+    pub nothing_measured: Option<String>,
 }
 
 /// Latency during one step of a run (percentiles ±6 %).

@@ -49,8 +49,12 @@ pub struct RttStep {
     pub method: &'static str,
     /// Probes sent and answered.
     pub sent: u32,
-    /// Probes answered.
+    /// Probes answered (by SYN-ACK or RST).
     pub received: u32,
+    /// Probes answered by SYN-ACK: something listens.
+    pub open: u32,
+    /// Probes answered by RST (refused): nothing listens.
+    pub closed: u32,
     /// Smallest round trip, ms.
     pub min_ms: Option<f64>,
     /// Mean round trip, ms.
@@ -178,7 +182,8 @@ pub struct ServerStep {
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct Verdict {
     /// `nagle_delayed_ack`, `app_latency`, `network`, `retransmission`,
-    /// `syn_retransmission`, `zero_window`, `server_errors`, `unreachable` or `none`.
+    /// `syn_retransmission`, `zero_window`, `closed` (nothing listens),
+    /// `no_response` (connections accepted, no HTTP response), `unreachable` or `none`.
     pub cause: &'static str,
     /// The verdict in one or two sentences.
     pub summary: String,

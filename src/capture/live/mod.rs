@@ -148,6 +148,12 @@ fn os_error(iface: &str, what: &str, e: &io::Error) -> LiveError {
     }
 }
 
+/// Whether `iface` names an interface here (or is `any`), checked before a
+/// command starts any traffic.
+pub fn interface_exists(iface: &str) -> bool {
+    iface == "any" || ring::if_index(iface).is_some()
+}
+
 fn no_interface(iface: &str) -> LiveError {
     LiveError::NoInterface(format!("no interface named '{iface}' here; list them with `ip link` (or use -i any)"))
 }

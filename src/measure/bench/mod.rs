@@ -7,202 +7,20 @@
 //! One thread per worker, each with its own epoll loop; the request bytes are
 //! built once and nothing is allocated per request.
 
+mod config;
 pub mod http;
+mod notes;
 mod sock;
 mod worker;
 
+pub use config::{BenchError, MAX_BODY_FILE, Options, check_header, check_method, check_rate, split_url};
+
 use crate::dist::{Coarse, Dist};
 use crate::report::bench::{BenchOptions, BenchReport, Distribution, Errors, ThreadRate, TimePoint};
+use config::Config;
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// What the user asked for.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// `http://host[:port][/path]`.
-    pub url: String,
-    /// Worker threads.
-    pub threads: usize,
-    /// Connections (spread over the threads; all are used).
-    pub connections: usize,
-    /// How long to run.
-    pub duration: Duration,
-    /// Per-request timeout.
-    pub timeout: Duration,
-    /// Request method.
-    pub method: String,
-    /// Extra header lines (`Name: value`).
-    pub headers: Vec<String>,
-    /// Request body.
-    pub body: Vec<u8>,
-    /// Fixed total request rate, requests/s.
-    pub rate: Option<f64>,
-    /// Reuse connections.
-    pub keepalive: bool,
-    /// TCP_NODELAY on client sockets.
-    pub nodelay: bool,
-    /// TCP_QUICKACK after every read.
-    pub quickack: bool,
-    /// Write the request header and body separately.
-    pub split_writes: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            url: String::new(),
-            threads: 2,
-            connections: 10,
-            duration: Duration::from_secs(10),
-            timeout: Duration::from_secs(2),
-            method: "GET".into(),
-            headers: Vec::new(),
-            body: Vec::new(),
-            rate: None,
-            keepalive: true,
-            nodelay: true,
-            quickack: false,
-            split_writes: false,
-        }
-    }
-}
-
-/// A run that could not start; the message says what to change.
-#[derive(Debug)]
-pub struct BenchError(pub String);
-
-impl std::fmt::Display for BenchError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BenchError {}
-
-/// A validated run.
-#[derive(Debug)]
-pub(crate) struct Config {
-    url: String,
-    addr: SocketAddr,
-    threads: usize,
-    connections: usize,
-    duration: Duration,
-    timeout: Duration,
-    request: http::Request,
-    method: String,
-    rate: Option<f64>,
-    keepalive: bool,
-    nodelay: bool,
-    quickack: bool,
-    split_writes: bool,
-    /// Width of one point of latency over time (1 s, or longer to keep ≤ 600 points).
-    step: Duration,
-    notes: Vec<String>,
-}
-
-/// Splits `http://host[:port][/path]` into (authority, host, port, path).
-pub(crate) fn split_url(url: &str) -> Result<(String, String, u16, String), BenchError> {
-    let bad = |why: &str| BenchError(format!("URL {url:?}: {why} (expected http://HOST[:PORT][/PATH])"));
-    let rest = match url.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
-        Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {
-            return Err(bad("https is not supported: bench speaks plain HTTP/1.1; point it at the HTTP port"));
-        }
-        Some(_) => return Err(bad("unknown scheme")),
-        None => url,
-    };
-    let (authority, path) = match rest.find(['/', '?']) {
-        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
-        Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
-        None => (rest, "/".to_string()),
-    };
-    if authority.is_empty() {
-        return Err(bad("no host"));
-    }
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, tail) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
-        (h, tail.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        }
-    };
-    let port = match port {
-        Some(p) => p.parse::<u16>().map_err(|_| bad("bad port"))?,
-        None => 80,
-    };
-    Ok((authority.to_string(), host.to_string(), port, path))
-}
-
-impl Config {
-    /// Checks the options and resolves the host.
-    pub(crate) fn new(o: &Options) -> Result<Config, BenchError> {
-        let (authority, host, port, path) = split_url(&o.url)?;
-        let addr = (host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| BenchError(format!("URL {:?}: cannot resolve {host}: {e}", o.url)))?
-            .next()
-            .ok_or_else(|| BenchError(format!("URL {:?}: {host} has no address", o.url)))?;
-        if o.connections == 0 {
-            return Err(BenchError("-c must be at least 1".into()));
-        }
-        if o.threads == 0 {
-            return Err(BenchError("-t must be at least 1".into()));
-        }
-        if o.duration.is_zero() || o.timeout.is_zero() {
-            return Err(BenchError("-d and --timeout must be longer than 0".into()));
-        }
-        if let Some(r) = o.rate
-            && !(r.is_finite() && r > 0.0)
-        {
-            return Err(BenchError(format!("-R {r}: the rate must be a positive number of requests/s")));
-        }
-        if o.split_writes && o.body.is_empty() {
-            return Err(BenchError(
-                "--split-writes writes the request header, then the body: give a body with --body or --body-file"
-                    .into(),
-            ));
-        }
-        let mut notes = Vec::new();
-        let threads = if o.threads > o.connections {
-            notes.push(format!(
-                "{} threads for {} connections: using {} threads",
-                o.threads, o.connections, o.connections
-            ));
-            o.connections
-        } else {
-            o.threads
-        };
-        let method = o.method.to_ascii_uppercase();
-        if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
-            return Err(BenchError(format!("--method {:?}: not an HTTP method", o.method)));
-        }
-        if let Some(h) = o.headers.iter().find(|h| !h.contains(':') || h.contains(['\r', '\n'])) {
-            return Err(BenchError(format!("-H {h:?}: expected 'Name: value' on one line")));
-        }
-        let request = http::Request::new(&method, &authority, &path, &o.headers, &o.body, !o.keepalive);
-        Ok(Config {
-            url: o.url.clone(),
-            addr,
-            threads,
-            connections: o.connections,
-            duration: o.duration,
-            timeout: o.timeout,
-            request,
-            method,
-            rate: o.rate,
-            keepalive: o.keepalive,
-            nodelay: o.nodelay,
-            quickack: o.quickack,
-            split_writes: o.split_writes,
-            step: (o.duration / 600).max(Duration::from_secs(1)),
-            notes,
-        })
-    }
-}
 
 /// One worker's measurements; merged at the end.
 #[derive(Debug)]
@@ -354,76 +172,6 @@ fn thread_rate(samples: &[f64]) -> ThreadRate {
     }
 }
 
-/// Delayed-ACK timers and other kernel "magic numbers", ms: (low, high, what).
-const CLUSTERS: [(f64, f64, &str); 2] = [
-    (36.0, 52.0, "Linux's delayed-ACK timer (40 ms minimum)"),
-    (185.0, 230.0, "a 200 ms timer: Windows' delayed ACK, or Linux's minimum retransmission timeout"),
-];
-/// Share of responses in a band that makes it worth a note.
-const CLUSTER_SHARE: f64 = 0.2;
-
-/// Plain-language observations on the distributions.
-fn notes(cfg: &Config, s: &Stats) -> Vec<String> {
-    let mut out = cfg.notes.clone();
-    let pct = |x: f64| (x * 100.0).round();
-    for (lo, hi, what) in CLUSTERS {
-        let share = s.latency.share_between(lo, hi);
-        if share < CLUSTER_SHARE {
-            continue;
-        }
-        let gap_share = s.gap.share_between(lo * 0.8, hi);
-        let mut n = format!("{}% of responses took {lo:.0}-{hi:.0} ms: {what}.", pct(share));
-        if gap_share >= CLUSTER_SHARE {
-            n.push_str(&format!(
-                " In {}% the first bytes came at once and the rest {:.0} ms later (largest read gap p50): \
-the server writes its response in pieces with Nagle on, and the last piece waits for this client's delayed ACK. \
-Fix: TCP_NODELAY on the server (nginx: `tcp_nodelay on;`); confirm with `--quickack`, which should remove the stall.",
-                pct(gap_share),
-                s.gap.quantile_ms(0.5)
-            ));
-        } else if cfg.split_writes && !cfg.nodelay {
-            n.push_str(
-                " This client wrote the request header and body separately with Nagle on (--split-writes \
---nodelay off): the body waited for the server's delayed ACK (client-side Nagle). Fix: TCP_NODELAY on the \
-client, or one write per request.",
-            );
-        } else if cfg.quickack && lo < 100.0 {
-            n.push_str(" With --quickack on, this is not this client delaying ACKs: look at the server's think time.");
-        } else {
-            n.push_str(
-                " Whole responses arrived late (no gap inside them): the server took that long, or the request \
-was held before it reached the server. `tcpdoctor analyze` on a capture tells which.",
-            );
-        }
-        out.push(n);
-    }
-    for (lo, hi, what) in [(900.0, 1300.0, "1 s"), (2900.0, 3500.0, "3 s")] {
-        let share = s.connect.share_between(lo, hi);
-        if share >= CLUSTER_SHARE {
-            out.push(format!(
-                "{}% of connects took ~{what}: SYN retransmissions (the first SYN or SYN-ACK was lost, the kernel \
-retried after its {what} timer). Look for a full accept queue or packet loss on the server's side.",
-                pct(share)
-            ));
-        }
-    }
-    for ((kind, n), why) in
-        [("connect", s.errors.connect), ("read", s.errors.read), ("write", s.errors.write)].iter().zip(&s.first_errors)
-    {
-        if let (true, Some(why)) = (*n > 0, why) {
-            out.push(format!("{n} {kind} errors; the first: {why}."));
-        }
-    }
-    if s.requests == 0 && s.errors.timeout > 0 {
-        out.push(format!(
-            "The server accepted connections but never answered within {}: {} timeouts.",
-            crate::report::bench::time_ms(cfg.timeout.as_secs_f64() * 1e3),
-            s.errors.timeout
-        ));
-    }
-    out
-}
-
 /// Makes room for `connections` sockets: raises the soft open-files limit up
 /// to the hard one when needed, or says what to do.
 fn ensure_fd_limit(connections: usize) -> Result<(), BenchError> {
@@ -441,7 +189,7 @@ fn ensure_fd_limit(connections: usize) -> Result<(), BenchError> {
             return Ok(());
         }
     }
-    Err(BenchError(format!(
+    Err(BenchError::Start(format!(
         "-c {connections} needs about {need} open files but this process may open {} (hard limit {}); \
 raise it (`ulimit -n {need}`) or use fewer connections",
         lim.rlim_cur, lim.rlim_max
@@ -467,7 +215,7 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
             first += n;
             handles.push(scope.spawn(move || -> Result<Stats, String> {
                 let w = worker::Worker::new(cfg, n, start, first_conn).map_err(|e| format!("epoll: {e}"))?;
-                Ok(w.run(deadline, &crate::interrupt::requested, counter))
+                w.run(deadline, &crate::interrupt::requested, counter)
             }));
         }
         let mut next = start + Duration::from_secs(1);
@@ -489,7 +237,8 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
     let elapsed = if interrupted { start.elapsed().min(cfg.duration) } else { cfg.duration };
     let mut all = Stats::new();
     for s in stats {
-        all.merge(s.map_err(BenchError)?);
+        // A worker whose loop failed stopped counting: the sums would undercount.
+        all.merge(s.map_err(BenchError::NotMeasured)?);
     }
     let secs = elapsed.as_secs_f64();
     let status_codes: BTreeMap<u16, u64> =
@@ -525,7 +274,8 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
         latency_histogram: crate::report::Histogram::from(&all.latency),
         timeline_step_s: cfg.step.as_secs_f64(),
         timeline: timeline(&all.timeline, cfg.step, elapsed),
-        notes: notes(&cfg, &all),
+        notes: notes::notes(&cfg, &all),
+        nothing_measured: notes::nothing_measured(&cfg, &all, interrupted),
         errors: all.errors,
         status_codes,
     })
@@ -534,40 +284,6 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls() {
-        let u = split_url("http://127.0.0.1:8080/a/b?c").unwrap();
-        assert_eq!(u, ("127.0.0.1:8080".into(), "127.0.0.1".into(), 8080, "/a/b?c".into()));
-        let u = split_url("http://[::1]/").unwrap();
-        assert_eq!((u.1.as_str(), u.2, u.3.as_str()), ("::1", 80, "/"));
-        let u = split_url("localhost:81?x=1").unwrap();
-        assert_eq!((u.1.as_str(), u.2, u.3.as_str()), ("localhost", 81, "/?x=1"));
-        assert!(split_url("https://x/").unwrap_err().0.contains("https is not supported"));
-        assert!(split_url("http://x:99999/").is_err());
-        assert!(split_url("http:///").is_err());
-    }
-
-    #[test]
-    fn options_are_checked() {
-        let o = |f: &dyn Fn(&mut Options)| {
-            let mut o = Options { url: "http://127.0.0.1:1/".into(), ..Options::default() };
-            f(&mut o);
-            Config::new(&o)
-        };
-        assert!(o(&|_| {}).is_ok());
-        assert!(o(&|o| o.connections = 0).is_err());
-        assert!(o(&|o| o.split_writes = true).unwrap_err().0.contains("--body"));
-        assert!(o(&|o| o.rate = Some(0.0)).is_err());
-        assert!(o(&|o| o.headers = vec!["no colon".into()]).is_err());
-        let c = o(&|o| {
-            o.threads = 8;
-            o.connections = 3
-        })
-        .unwrap();
-        assert_eq!(c.threads, 3);
-        assert_eq!(c.notes.len(), 1);
-    }
 
     #[test]
     fn thread_rate_of_samples() {

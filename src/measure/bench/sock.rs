@@ -3,6 +3,8 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 fn check(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
@@ -143,25 +145,64 @@ impl Epoll {
         // SAFETY: ev is a live epoll_event.
         check(unsafe { libc::epoll_ctl(self.0, libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(drop)
     }
-    /// Waits up to `timeout` for events.
-    pub fn wait(&self, events: &mut [libc::epoll_event], timeout: std::time::Duration) -> io::Result<usize> {
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-        };
-        // SAFETY: events is valid for events.len() entries; ts is live; no signal mask.
-        let n = unsafe {
-            libc::epoll_pwait2(self.0, events.as_mut_ptr(), events.len() as libc::c_int, &ts, std::ptr::null())
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(0);
+    /// Waits up to `timeout` for events: epoll_pwait2 (ns timeout, Linux >= 5.11)
+    /// where the kernel has it, else epoll_pwait with the timeout rounded up to
+    /// whole ms (rounding down would wake early and spin).
+    pub fn wait(&self, events: &mut [libc::epoll_event], timeout: Duration) -> io::Result<usize> {
+        let max = events.len().min(libc::c_int::MAX as usize) as libc::c_int;
+        let n = if PWAIT2_MISSING.load(Ordering::Relaxed) {
+            self.wait_ms(events, max, timeout)
+        } else {
+            match self.wait_ns(events, max, timeout) {
+                // Missing (old kernel) or refused by a seccomp profile that predates it:
+                // the syscall has no other reason to fail this way. Remembered once for all threads.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+                    PWAIT2_MISSING.store(true, Ordering::Relaxed);
+                    self.wait_ms(events, max, timeout)
+                }
+                r => r,
             }
-            return Err(e);
+        };
+        match n {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            r => r,
         }
-        Ok(n as usize)
     }
+
+    /// epoll_pwait2 through syscall(2): glibc's wrapper needs glibc 2.35.
+    fn wait_ns(&self, events: &mut [libc::epoll_event], max: libc::c_int, timeout: Duration) -> io::Result<usize> {
+        let ts = KernelTimespec { tv_sec: timeout.as_secs() as i64, tv_nsec: i64::from(timeout.subsec_nanos()) };
+        // SAFETY: events is valid for `max` entries; ts is live; a null signal mask needs no size.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
+                self.0,
+                events.as_mut_ptr(),
+                max,
+                std::ptr::addr_of!(ts),
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            )
+        };
+        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+    }
+
+    fn wait_ms(&self, events: &mut [libc::epoll_event], max: libc::c_int, timeout: Duration) -> io::Result<usize> {
+        let ms = timeout.as_nanos().div_ceil(1_000_000).min(libc::c_int::MAX as u128) as libc::c_int;
+        // SAFETY: events is valid for `max` entries; no signal mask.
+        let n = unsafe { libc::epoll_pwait(self.0, events.as_mut_ptr(), max, ms, std::ptr::null()) };
+        check(n).map(|n| n as usize)
+    }
+}
+
+/// Set once epoll_pwait2 answered ENOSYS (or EPERM): every wait then uses epoll_pwait.
+static PWAIT2_MISSING: AtomicBool = AtomicBool::new(false);
+
+/// The kernel's `struct __kernel_timespec`: 64-bit fields on every architecture.
+#[repr(C)]
+struct KernelTimespec {
+    tv_sec: i64,
+    tv_nsec: i64,
 }
 
 impl Drop for Epoll {

@@ -102,9 +102,16 @@ impl<'a> Worker<'a> {
         })
     }
 
-    /// Runs until `deadline` or until `stop` says so; returns the statistics.
-    pub(super) fn run(mut self, deadline: Instant, stop: &dyn Fn() -> bool, progress: &AtomicU64) -> Stats {
+    /// Runs until `deadline` or until `stop` says so; returns the statistics, or
+    /// why the loop could not go on (then nothing it counted can be trusted).
+    pub(super) fn run(
+        mut self,
+        deadline: Instant,
+        stop: &dyn Fn() -> bool,
+        progress: &AtomicU64,
+    ) -> Result<Stats, String> {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut failed = None;
         let start = Instant::now();
         let (mut next_tick, mut next_sample, mut sampled) = (start, start + SAMPLE, 0u64);
         loop {
@@ -134,7 +141,10 @@ impl<'a> Worker<'a> {
             }
             let n = match self.epoll.wait(&mut events, wake.saturating_duration_since(now)) {
                 Ok(n) => n,
-                Err(_) => break,
+                Err(e) => {
+                    failed = Some(format!("waiting for socket events failed (epoll: {e})"));
+                    break;
+                }
             };
             for ev in &events[..n] {
                 let (i, flags) = (ev.u64 as usize, ev.events);
@@ -148,7 +158,10 @@ impl<'a> Worker<'a> {
             }
         }
         progress.store(self.stats.requests, Ordering::Relaxed);
-        self.stats
+        match failed {
+            Some(why) => Err(why),
+            None => Ok(self.stats),
+        }
     }
 
     /// Timeouts, paced sends and reconnects that are due.

@@ -9,9 +9,11 @@ Modes:
   pause  - send the headers, sleep --think-ms, then send the body (an
            application pausing mid-response; with --nodelay, not Nagle)
 
-TCP_NODELAY is OFF unless --nodelay is given.  Exits after --max-seconds.
+TCP_NODELAY is OFF unless --nodelay is given.  With --answer-connections N,
+connections after the first N are accepted and read but never answered (a
+server that stops answering).  Exits after --max-seconds.
 """
-import argparse, socket, time
+import argparse, itertools, socket, time
 
 from httpmsg import read_message, serve
 
@@ -24,8 +26,10 @@ p.add_argument("--body-size", type=int, default=600)
 p.add_argument("--think-ms", type=float, default=45.0)
 p.add_argument("--max-seconds", type=float, default=60.0)
 p.add_argument("--server", default="wwr-lab", help="the Server header's value (bytes as given, control characters too)")
+p.add_argument("--answer-connections", type=int, default=0, help="0: all")
 a = p.parse_args()
 SERVER = a.server.encode("utf-8", "surrogateescape")
+ACCEPTED = itertools.count(1)
 
 BODY = (b"<html><body>" + b"x" * max(0, a.body_size - 27) + b"</body></html>\n")[: a.body_size]
 
@@ -45,12 +49,15 @@ def handle(conn):
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     else:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
+    answer = a.answer_connections == 0 or next(ACCEPTED) <= a.answer_connections
     buf = b""
     try:
         while True:
             req, buf = read_request(conn, buf)
             if req is None:
                 break
+            if not answer:
+                continue
             if a.mode == "wwr":
                 conn.sendall(headers(len(BODY)))
                 conn.sendall(BODY)
