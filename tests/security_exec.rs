@@ -28,8 +28,12 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `setpriv` arguments that make the command nobody, without groups.
-const AS_NOBODY: [&str; 4] = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"];
+/// `setpriv` that runs what follows as nobody, without groups.
+fn as_nobody() -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    c
+}
 
 /// C that appends one line to `marker` beside the running executable (or
 /// beside `at`): the arguments, then the ids and capabilities from
@@ -206,8 +210,8 @@ fn a_nobody_program_named_nginx_runs_only_as_nobody() {
     let dir = nobody_dir();
     let bin = compile(dir.path(), "nginx", FAKE_NGINX_C, false);
     let port = free_port();
-    let mut c = Command::new(AS_NOBODY[0]);
-    c.args(&AS_NOBODY[1..]).arg(&bin).args(["serve", &port.to_string()]);
+    let mut c = as_nobody();
+    c.arg(&bin).args(["serve", &port.to_string()]);
     let (mut p, line) = Proc::started(c);
     assert_eq!(line.trim(), "listening");
     wait_listening(port, &mut p);
@@ -255,9 +259,9 @@ fn start_nginx(dir: &Path, port: u16, nobody: bool, user_line: &str) -> Proc {
             chown(dir.join(f), Some(NOBODY), Some(NOBODY)).unwrap();
         }
     }
-    let mut c = Command::new(if nobody { AS_NOBODY[0] } else { "/usr/sbin/nginx" });
+    let mut c = if nobody { as_nobody() } else { Command::new("/usr/sbin/nginx") };
     if nobody {
-        c.args(&AS_NOBODY[1..]).arg("/usr/sbin/nginx");
+        c.arg("/usr/sbin/nginx");
     }
     c.arg("-p").arg(dir).arg("-c").arg(dir.join("nginx.conf")).arg("-e").arg(dir.join("error.log"));
     let mut p = Proc(c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
@@ -335,10 +339,14 @@ fn root_nginx_is_read_as_its_master_and_not_without_root() {
         assert!(sw["setting_source"].as_str().unwrap().contains(" -T -p "), "{sw:#}");
     }
 
-    let mut c = Command::new(AS_NOBODY[0]);
-    c.args(&AS_NOBODY[1..])
-        .args(["--inh-caps=+sys_ptrace", "--ambient-caps=+sys_ptrace", env!("CARGO_BIN_EXE_tcpdoctor")])
-        .args(["inspect", &format!(":{port}"), "--json", "--window", "0"]);
+    let mut c = as_nobody();
+    c.args(["--inh-caps=+sys_ptrace", "--ambient-caps=+sys_ptrace", env!("CARGO_BIN_EXE_tcpdoctor")]).args([
+        "inspect",
+        &format!(":{port}"),
+        "--json",
+        "--window",
+        "0",
+    ]);
     let (o, _) = common::run_bounded(c, Duration::from_secs(60));
     let v: Value =
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
@@ -368,8 +376,8 @@ s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen()\n\
 print('listening', flush=True)\n\
 time.sleep(60)\n"
     );
-    let mut c = Command::new(AS_NOBODY[0]);
-    c.args(&AS_NOBODY[1..]).args(["/usr/bin/python3", "-c", &script]).current_dir(dir.path());
+    let mut c = as_nobody();
+    c.args(["/usr/bin/python3", "-c", &script]).current_dir(dir.path());
     let (mut p, line) = Proc::started(c);
     assert_eq!(line.trim(), "listening");
     wait_listening(port, &mut p);
