@@ -242,6 +242,43 @@ fn a_nobody_program_named_nginx_runs_only_as_nobody() {
     assert_eq!(ip_ran, "", "the `ip` first on PATH ran (as uid {ip_ran})");
 }
 
+/// The fake nginx made set-user-ID root: started by nobody (real uid nobody,
+/// effective root) it is never run, since a set-user-ID program told root
+/// called it would trust its arguments; started by root, not either. The
+/// notes say why, and nothing marks.
+#[test]
+fn a_set_user_id_program_named_nginx_is_never_run() {
+    if !require_root() || !require("cc") || !require("setpriv") {
+        return;
+    }
+    let _g = serial();
+    let dir = nobody_dir();
+    let bin = compile(dir.path(), "nginx", FAKE_NGINX_C, false);
+    chown(&bin, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    for (by_nobody, why) in [
+        (true, "not run: its real, effective and saved ids differ (a set-user-ID program?)"),
+        (false, "not run: its executable is set-user-ID or set-group-ID"),
+    ] {
+        let port = free_port();
+        let mut c = if by_nobody { as_nobody() } else { Command::new(&bin) };
+        if by_nobody {
+            c.arg(&bin);
+        }
+        c.args(["serve", &port.to_string()]);
+        let (mut p, line) = Proc::started(c);
+        assert_eq!(line.trim(), "listening");
+        wait_listening(port, &mut p);
+        let status = std::fs::read_to_string(format!("/proc/{}/status", p.0.id())).unwrap();
+        let uid = if by_nobody { "\nUid:\t65534\t0\t0\t0\n" } else { "\nUid:\t0\t0\t0\t0\n" };
+        assert!(status.contains(uid), "{status}");
+        let v = tcpdoctor_json(&["inspect", &format!(":{port}"), "--json", "--window", "0"], None);
+        assert_eq!(marks(dir.path()), Vec::<String>::new(), "it ran");
+        assert_eq!(v["software"]["kind"], "nginx");
+        assert!(notes(&v["software"]).contains(why), "{:#}", v["software"]);
+    }
+}
+
 /// nginx started as `user` (nobody: by setpriv) with `conf`; listening when this returns.
 fn start_nginx(dir: &Path, port: u16, nobody: bool, user_line: &str) -> Proc {
     let d = dir.display().to_string();

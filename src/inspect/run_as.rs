@@ -10,7 +10,7 @@
 use super::bounded::run_bounded;
 use super::sockopt::Pidfd;
 use std::ffi::CString;
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -28,6 +28,9 @@ pub(crate) struct Creds {
     /// real, effective and saved ids, so it cannot switch to anything else.
     pub uid: u32,
     pub gid: u32,
+    /// Its real, effective, saved and filesystem ids are not all one uid and
+    /// one gid: a set-user-ID program, or one in the middle of changing users.
+    pub mixed: bool,
     /// Supplementary groups.
     pub groups: Vec<u32>,
     /// Capability sets (bit n = capability n).
@@ -43,10 +46,13 @@ pub(crate) fn parse_status(text: &str) -> Result<Creds, String> {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
             .ok_or_else(|| format!("no {name} line in its status"))
     };
-    let second = |name: &str| -> Result<u32, String> {
+    // Real, effective, saved, filesystem.
+    let ids = |name: &str| -> Result<Vec<u32>, String> {
         let v = field(name)?;
-        v.split_whitespace().nth(1).and_then(|x| x.parse().ok()).ok_or_else(|| format!("bad {name} line: {v:?}"))
+        let ids: Vec<u32> = v.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        if ids.len() == 4 { Ok(ids) } else { Err(format!("bad {name} line: {v:?}")) }
     };
+    let (uids, gids) = (ids("Uid")?, ids("Gid")?);
     let caps = |name: &str| -> Result<u64, String> {
         let v = field(name)?.trim();
         u64::from_str_radix(v, 16).map_err(|_| format!("bad {name} line: {v:?}"))
@@ -56,8 +62,9 @@ pub(crate) fn parse_status(text: &str) -> Result<Creds, String> {
         .map(|g| g.parse().map_err(|_| format!("bad Groups entry {g:?}")))
         .collect::<Result<Vec<u32>, String>>()?;
     Ok(Creds {
-        uid: second("Uid")?,
-        gid: second("Gid")?,
+        uid: uids[1],
+        gid: gids[1],
+        mixed: uids.iter().any(|&u| u != uids[1]) || gids.iter().any(|&g| g != gids[1]),
         groups,
         cap_prm: caps("CapPrm")?,
         cap_eff: caps("CapEff")?,
@@ -146,6 +153,22 @@ impl Target {
         let creds = parse_status(&status)?;
         let exe = open_path(&format!("/proc/{pid}/exe"), false)
             .map_err(|e| format!("cannot open its executable (/proc/{pid}/exe): {e}"))?;
+        // A set-user-ID program runs with ids its caller does not have and
+        // decides itself what to do with them (a real uid of 0 would tell it
+        // root called): such a process is never run as any of its ids.
+        if creds.mixed {
+            return Err(
+                "its real, effective and saved ids differ (a set-user-ID program?): none of them alone is its own"
+                    .into(),
+            );
+        }
+        let mode = File::from(exe.try_clone().map_err(|e| format!("cannot duplicate a descriptor: {e}"))?)
+            .metadata()
+            .map_err(|e| format!("cannot read its executable's mode: {e}"))?
+            .mode();
+        if mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            return Err("its executable is set-user-ID or set-group-ID: such a program is never run for it".into());
+        }
         let cwd = open_path(&format!("/proc/{pid}/cwd"), true)
             .map_err(|e| format!("cannot open its working directory (/proc/{pid}/cwd): {e}"))?;
         let other_root = !same_inode(&format!("/proc/{pid}/root"), "/")
@@ -380,14 +403,17 @@ CapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t0\n";
     #[test]
     fn credentials_from_status_text() {
         let c = parse_status(STATUS).unwrap();
-        assert_eq!((c.uid, c.gid), (33, 34), "the effective ids");
+        assert_eq!((c.uid, c.gid, c.mixed), (33, 34, true), "the effective ids; the real ones differ");
+        let same = parse_status(&STATUS.replace("Uid:\t1000", "Uid:\t33").replace("Gid:\t1000", "Gid:\t34")).unwrap();
+        assert!(!same.mixed);
+        assert!(parse_status(&STATUS.replace("Uid:\t1000\t33\t33\t33", "Uid:\t33")).is_err());
         assert_eq!(c.groups, vec![4, 24, 27]);
         assert_eq!((c.cap_prm, c.cap_eff, c.cap_bnd), (0x400, 0x400, 0x1ff_ffff_ffff));
         let none = parse_status(&STATUS.replace("Groups:\t4 24 27 ", "Groups:\t")).unwrap();
         assert!(none.groups.is_empty());
         let e = parse_status(&STATUS.replace("CapPrm:\t0000000000000400", "CapPrm:\tzz")).unwrap_err();
         assert_eq!(e, "bad CapPrm line: \"zz\"");
-        assert_eq!(parse_status("Name:\tx\n").unwrap_err(), "no Groups line in its status");
+        assert_eq!(parse_status("Name:\tx\n").unwrap_err(), "no Uid line in its status");
     }
 
     #[test]
