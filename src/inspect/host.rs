@@ -2,12 +2,18 @@
 //! `nstat` reads them), the autocorking and pingpong sysctls, and the
 //! `quickack`/`rto_min` metrics of the routes to the peers.
 
-use super::run_bounded;
+use super::bounded::run_bounded;
 use crate::report::inspect::{Counter, Route};
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+/// Where system tools are looked for: never PATH, which whoever started
+/// tcpdoctor (as root) may have pointed anywhere.
+const SYSTEM_DIRS: [&str; 4] = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 
 /// The TcpExt counters worth watching during the window.
 pub(crate) const COUNTERS: [&str; 4] = ["DelayedACKs", "DelayedACKLocked", "DelayedACKLost", "TCPAutoCorking"];
@@ -57,13 +63,28 @@ pub(crate) fn sysctl(name: &str) -> Option<i64> {
 /// The route to `peer`, from `ip route get` (which prints the metrics of the
 /// route found, e.g. `cache rto_min lock 5ms quickack 1`).
 pub(crate) fn route(peer: IpAddr) -> Result<Route, String> {
+    let ip = system_tool("ip", &SYSTEM_DIRS).ok_or_else(|| {
+        format!("`ip route get {peer}`: no root-owned `ip` in {} (install iproute2)", SYSTEM_DIRS.join(", "))
+    })?;
+    let mut cmd = Command::new(ip);
+    cmd.args(["route", "get", &peer.to_string()]).env_clear().env("LANG", "C");
     let (status, out, err) =
-        run_bounded(Command::new("ip").arg("route").arg("get").arg(peer.to_string()), Duration::from_secs(3))
-            .map_err(|e| format!("`ip route get {peer}`: {e}"))?;
+        run_bounded(&mut cmd, Duration::from_secs(3)).map_err(|e| format!("`ip route get {peer}`: {e}"))?;
     if !status.success() {
         return Err(format!("`ip route get {peer}`: {}", err.trim()));
     }
     Ok(parse_route(peer, &out))
+}
+
+/// `name` in the first of `dirs` where it is a file that only root can
+/// change: owned by root, not writable by group or others, nor its directory.
+fn system_tool(name: &str, dirs: &[&str]) -> Option<PathBuf> {
+    let root_only = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
+    dirs.iter().find_map(|d| {
+        let real = std::fs::canonicalize(Path::new(d).join(name)).ok()?;
+        let ok = real.is_file() && root_only(&real) && real.parent().is_some_and(root_only);
+        ok.then_some(real)
+    })
 }
 
 fn parse_route(peer: IpAddr, out: &str) -> Route {
@@ -118,6 +139,29 @@ IpExt: 0\n";
             sysctl("tcp_autocorking").is_some(),
             std::path::Path::new("/proc/sys/net/ipv4/tcp_autocorking").exists()
         );
+    }
+
+    #[test]
+    fn system_tools_only_from_root_owned_places() {
+        let found = system_tool("ip", &SYSTEM_DIRS).expect("iproute2's ip");
+        assert!(found.starts_with("/usr") || found.starts_with("/bin") || found.starts_with("/sbin"), "{found:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("ip");
+        std::fs::write(&fake, "#!/bin/sh\n").unwrap();
+        let d = dir.path().to_str().unwrap();
+        // Root-owned but in a directory tempdir made 0700: fine; group-writable: refused.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o775)).unwrap();
+        assert_eq!(system_tool("ip", &[d]), None, "a group-writable file");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // SAFETY: getuid has no preconditions.
+        let root = unsafe { libc::getuid() } == 0;
+        assert_eq!(system_tool("ip", &[d]).is_some(), root, "a 0755 file in a 0700 directory, owned by us");
+        std::os::unix::fs::lchown(&fake, Some(65534), None).unwrap_or(());
+        if root {
+            assert_eq!(system_tool("ip", &[d]), None, "a file owned by nobody");
+        }
+        assert_eq!(system_tool("no-such-tool", &SYSTEM_DIRS), None);
     }
 
     #[test]

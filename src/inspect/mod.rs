@@ -10,10 +10,12 @@
 //! process's reads and writes on TCP sockets with ptrace for that window and
 //! finds write-write-read ([`trace`]), slowing the process meanwhile.
 
+mod bounded;
 mod diag;
 mod host;
 mod nginx;
 mod procfs;
+mod run_as;
 mod sockopt;
 mod software;
 mod trace;
@@ -23,8 +25,7 @@ pub use trace::MAX_DURATION as MAX_TRACE;
 use crate::report::inspect::{Host, InspectReport, Process, Socket, Software, Summary};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::io::{self, Read};
-use std::process::{Command, ExitStatus, Stdio};
+use std::io;
 use std::time::{Duration, Instant};
 
 /// What to inspect besides the process.
@@ -556,36 +557,6 @@ TCP_QUICKACK after each read or `ip route change … quickack 1` on the ACKing s
     a
 }
 
-/// Runs `cmd` with its output captured, killed after `limit`.
-pub(crate) fn run_bounded(cmd: &mut Command, limit: Duration) -> io::Result<(ExitStatus, String, String)> {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn()?;
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut v);
-            }
-            String::from_utf8_lossy(&v).into_owned()
-        })
-    };
-    let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
-    let until = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait()? {
-            break st;
-        }
-        if Instant::now() >= until {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {} s", limit.as_secs())));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Ok((status, out.join().unwrap_or_default(), err.join().unwrap_or_default()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -662,15 +633,5 @@ mod tests {
         assert_eq!(peer_ip("[::1]:8080"), Some("::1".parse().unwrap()));
         assert_eq!(peer_ip("10.0.0.1:80"), Some("10.0.0.1".parse().unwrap()));
         assert_eq!(peer_ip("*:*"), None);
-    }
-
-    #[test]
-    fn bounded_commands_are_killed() {
-        let (st, out, _) = run_bounded(Command::new("echo").arg("hi"), Duration::from_secs(5)).unwrap();
-        assert!(st.success() && out == "hi\n");
-        let t = Instant::now();
-        let e = run_bounded(Command::new("sleep").arg("5"), Duration::from_millis(200)).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-        assert!(t.elapsed() < Duration::from_secs(3));
     }
 }

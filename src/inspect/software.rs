@@ -1,13 +1,17 @@
 //! Which server software the process is, and its own TCP_NODELAY knob:
 //! nginx (`nginx -T`), the JDK's `com.sun.net.httpserver`
 //! (`sun.net.httpserver.nodelay`), Python, Node.js, Go, or other.
+//!
+//! The kind comes from the executable the kernel says the process runs,
+//! never from `comm` or the command line, which the process can rewrite.
+//! nginx and node are run only as the process itself ([`run_as`]).
 
-use super::{nginx, procfs, run_bounded};
+use super::run_as::{self, Target};
+use super::{nginx, procfs};
 use crate::report::inspect::{Setting, Software};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// How long `nginx -T`, `nginx -v` or `node --version` may take.
@@ -27,23 +31,11 @@ impl Proc {
         Proc { pid, comm: procfs::comm(pid), cmdline: procfs::cmdline(pid), exe: procfs::exe(pid) }
     }
 
-    /// The executable's file name, or else the first argument's.
+    /// The executable's file name ("" when the kernel does not say).
     fn exe_name(&self) -> String {
-        let from_exe = self.exe.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned());
-        let name = from_exe.or_else(|| {
-            let a0 = self.cmdline.first()?;
-            Path::new(a0).file_name().map(|n| n.to_string_lossy().into_owned())
-        });
+        let name = self.exe.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned());
         // A replaced binary reads as "name (deleted)".
         name.map(|n| n.trim_end_matches(" (deleted)").to_string()).unwrap_or_default()
-    }
-
-    /// A runnable path of the executable (the link when it still exists).
-    fn exe_path(&self, fallback: &str) -> PathBuf {
-        match &self.exe {
-            Some(p) if p.exists() => p.clone(),
-            _ => PathBuf::from(fallback),
-        }
     }
 }
 
@@ -51,20 +43,21 @@ impl Proc {
 /// block that listens on it.
 pub(crate) fn classify(p: &Proc, port: Option<u16>) -> Software {
     let exe = p.exe_name();
-    let is = |n: &str| exe == n || p.comm == n;
-    if is("nginx") || p.cmdline.first().is_some_and(|a| a.starts_with("nginx:")) {
+    if exe == "nginx" {
         return nginx_software(p, port);
     }
-    if is("java") {
+    if exe == "java" {
         return java(p);
     }
-    if exe.starts_with("python") || p.comm.starts_with("python") {
+    if exe.starts_with("python") {
         return python(p);
     }
-    if is("node") || is("nodejs") {
+    if exe == "node" || exe == "nodejs" {
         return node(p);
     }
-    if let Some(version) = p.exe.as_deref().and_then(go_version) {
+    // The file the process runs, not a path it could swap meanwhile.
+    let running = PathBuf::from(format!("/proc/{}/exe", p.pid));
+    if let Some(version) = p.exe.as_ref().and_then(|_| go_version(&running)) {
         return Software {
             kind: "go",
             name: format!("Go program {exe} ({version})"),
@@ -84,27 +77,32 @@ pub(crate) fn classify(p: &Proc, port: Option<u16>) -> Software {
 
 fn nginx_software(p: &Proc, port: Option<u16>) -> Software {
     let mut s = Software { kind: "nginx", name: "nginx".into(), ..Software::default() };
-    // A worker's title has no arguments; its master's has (`nginx: master process /usr/sbin/nginx -c …`).
-    let master = if p.cmdline.iter().any(|a| a == "master") || p.cmdline.first().is_some_and(|a| a != "nginx:") {
-        p.cmdline.clone()
-    } else {
-        procfs::ppid(p.pid).map(procfs::cmdline).unwrap_or_default()
+    // The master's configuration, arguments, directory and user are the ones
+    // that matter: a worker's parent running the same executable is its master.
+    let master = procfs::ppid(p.pid).filter(|&pp| run_as::same_executable(p.pid, pp)).unwrap_or(p.pid);
+    let args = nginx_args(&procfs::cmdline(master));
+    let bin = procfs::exe(master).unwrap_or_else(|| PathBuf::from("nginx"));
+    let shown = format!("{} -T {}", bin.display(), args.join(" "));
+    let note = "nginx sets TCP_NODELAY on a connection only once it goes keep-alive (after its first response), \
+and with tcp_nopush on uses TCP_CORK while sending a file";
+    let target = match Target::pin(master) {
+        Ok(t) => t,
+        Err(why) => {
+            s.notes.push(format!(
+                "`{shown}` not run: {why}; its own TCP_NODELAY setting is unknown (nginx's default is on)"
+            ));
+            s.notes.push(note.into());
+            return s;
+        }
     };
-    let args = nginx_args(&master);
-    let bin = p.exe_path("nginx");
-    if let Ok((_, out, err)) = run_bounded(Command::new(&bin).arg("-v"), TOOL_TIMEOUT)
+    if let Ok((_, out, err)) = target.run("nginx", &["-v".into()], TOOL_TIMEOUT)
         && let Some(v) = format!("{out}{err}").split("nginx/").nth(1).and_then(|v| v.split_whitespace().next())
     {
         s.name = format!("nginx {v}");
     }
-    let mut cmd = Command::new(&bin);
-    cmd.arg("-T").args(&args);
-    // Relative paths in its arguments resolve against its own working directory.
-    if let Ok(cwd) = std::fs::read_link(format!("/proc/{}/cwd", p.pid)) {
-        cmd.current_dir(cwd);
-    }
-    let shown = format!("{} -T {}", bin.display(), args.join(" "));
-    match run_bounded(&mut cmd, TOOL_TIMEOUT) {
+    let mut dump_args = vec!["-T".to_string()];
+    dump_args.extend(args);
+    match target.run("nginx", &dump_args, TOOL_TIMEOUT) {
         Ok((status, out, _)) if status.success() && out.contains("# configuration file ") => {
             let eff = nginx::effective(&out, port);
             s.nodelay_setting = eff.tcp_nodelay.as_ref().map(|v| v.value == "on");
@@ -119,15 +117,17 @@ fn nginx_software(p: &Proc, port: Option<u16>) -> Software {
         }
         Ok((_, _, err)) => {
             let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("no configuration dump").trim();
-            s.notes.push(format!("`{shown}` failed: {first}; nginx's default is tcp_nodelay on"));
+            s.notes.push(format!(
+                "`{shown}` (as uid {}) failed: {first}; nginx's default is tcp_nodelay on",
+                target.creds.uid
+            ));
         }
-        Err(e) => s.notes.push(format!("could not run `{shown}`: {e}; nginx's default is tcp_nodelay on")),
+        Err(e) => s.notes.push(format!(
+            "could not run `{shown}` as uid {}: {e}; nginx's default is tcp_nodelay on",
+            target.creds.uid
+        )),
     }
-    s.notes.push(
-        "nginx sets TCP_NODELAY on a connection only once it goes keep-alive (after its first response), \
-and with tcp_nopush on uses TCP_CORK while sending a file"
-            .into(),
-    );
+    s.notes.push(note.into());
     s
 }
 
@@ -238,18 +238,27 @@ disable_nagle_algorithm = False), asyncio transports turn TCP_NODELAY on"
 }
 
 fn node(p: &Proc) -> Software {
-    let version = run_bounded(Command::new(p.exe_path("node")).arg("--version"), TOOL_TIMEOUT)
-        .ok()
-        .map(|(_, out, _)| out.trim().to_string())
-        .filter(|v| v.starts_with('v'));
+    let mut notes = Vec::new();
+    let version = match Target::pin(p.pid) {
+        Ok(t) => t
+            .run("node", &["--version".into()], TOOL_TIMEOUT)
+            .ok()
+            .map(|(_, out, _)| out.trim().to_string())
+            .filter(|v| v.starts_with('v')),
+        Err(why) => {
+            notes.push(format!("`node --version` not run: {why}"));
+            None
+        }
+    };
+    notes.push(
+        "Node's http server and agent turn TCP_NODELAY on (noDelay, default true since v18); a plain \
+net.Socket starts with Nagle on (socket.setNoDelay())"
+            .into(),
+    );
     Software {
         kind: "node",
         name: version.map_or("Node.js".into(), |v| format!("Node.js {v}")),
-        notes: vec![
-            "Node's http server and agent turn TCP_NODELAY on (noDelay, default true since v18); a plain \
-net.Socket starts with Nagle on (socket.setNoDelay())"
-                .into(),
-        ],
+        notes,
         ..Software::default()
     }
 }
@@ -314,7 +323,8 @@ fn elf_section(f: &File, want: &str) -> Option<(u64, u64)> {
     } else {
         (rd(&h, 0x20, 4), rd(&h, 0x2e, 2), rd(&h, 0x30, 2), rd(&h, 0x32, 2))
     };
-    if shnum == 0 || shnum > 4096 || shentsize < if wide { 64 } else { 40 } || shstrndx >= shnum {
+    // Bounded reads: at most 4096 entries of at most 256 bytes (real ones are 64 or 40).
+    if shnum == 0 || shnum > 4096 || shentsize < if wide { 64 } else { 40 } || shentsize > 256 || shstrndx >= shnum {
         return None;
     }
     let mut table = vec![0u8; (shnum * shentsize) as usize];
