@@ -69,7 +69,7 @@ for r in $(seq "$ROUNDS"); do
         rps=$("$TD" bench -t1 -c50 -d"$DUR" "http://127.0.0.1:$PORT/" | awk '/Requests\/sec/ {print $2}')
     fi
     # /metrics while the capture still runs: the same counters Prometheus would read.
-    mdrops=$(exec 3<>"/dev/tcp/127.0.0.1/$MPORT"; printf 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n' >&3; awk '/^tcpdoctor_capture_drops_total/ {print $2}' <&3)
+    mdrops=$(exec 3<>"/dev/tcp/127.0.0.1/$MPORT"; printf 'GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3; awk '/^tcpdoctor_capture_drops_total/ {print $2}' <&3)
     wait "$TCPDUMP" || true
     wait "$WATCH"
     line=$(grep 'FINAL SUMMARY' "$WORK/watch.$r")

@@ -129,21 +129,30 @@ fn bench(args: &[&str], port: u16) {
     assert!(out.status.success(), "bench: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// GET /metrics over plain HTTP/1.1; returns (content type, body).
+/// GET /metrics over plain HTTP/1.1 (the connection kept alive, as
+/// Prometheus keeps it); returns (content type, body).
 fn scrape(port: u16, openmetrics: bool) -> (String, String) {
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let accept =
         if openmetrics { "Accept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n" } else { "" };
     write!(c, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n{accept}\r\n").unwrap();
-    let mut s = String::new();
-    c.read_to_string(&mut s).unwrap();
-    let (head, body) = s.split_once("\r\n\r\n").expect("a complete response");
-    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-    let ctype = head.lines().find_map(|l| l.strip_prefix("Content-Type: ")).expect("a content type").to_string();
-    let len: usize = head.lines().find_map(|l| l.strip_prefix("Content-Length: ")).unwrap().parse().unwrap();
-    assert_eq!(len, body.len(), "Content-Length matches the body");
-    (ctype, body.to_string())
+    let mut r = BufReader::new(c);
+    let mut status = String::new();
+    r.read_line(&mut status).unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK\r\n");
+    let mut headers = HashMap::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let Some((name, value)) = line.trim_end().split_once(':') else { break };
+        headers.insert(name.to_ascii_lowercase(), value.trim().to_string());
+    }
+    let ctype = headers.get("content-type").expect("a content type").clone();
+    let len: usize = headers["content-length"].parse().unwrap();
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).expect("as many bytes as Content-Length says");
+    (ctype, String::from_utf8(body).unwrap())
 }
 
 /// One sample of an exposition.
