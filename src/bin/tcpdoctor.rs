@@ -613,9 +613,18 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
     if caps.is_empty() {
         return fail(exit::INPUT, skipped.join("; "));
     }
-    let total: u64 = caps.iter().map(|c| c.bytes().len() as u64).sum();
+    // Streams have no size: no bar for them.
+    let total: u64 = caps.iter().map(|c| c.len().unwrap_or(0)).sum();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let opts = Options { filter, flow: a.flow.clone(), ladder_rows: a.ladder_rows, progress: Some(done.clone()) };
+    // Ctrl-C stops the walks; the report covers what was read (a second Ctrl-C kills).
+    tcpdoctor::interrupt::catch();
+    let opts = Options {
+        filter,
+        flow: a.flow.clone(),
+        ladder_rows: a.ladder_rows,
+        progress: Some(done.clone()),
+        stop: Some(tcpdoctor::interrupt::flag()),
+    };
     let bar = analysis_bar(total, done);
     let result = analyze::analyze(&caps, &opts);
     if let Some((bar, stop)) = bar {
@@ -637,8 +646,8 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
     }
     output(&r, a.json);
     write_html(html, || report::html::analyze(&r));
-    let partial =
-        r.inputs.len() < a.files.len() || r.inputs.iter().any(|i| i.damage.is_some() || i.malformed_packets > 0);
+    let partial = r.inputs.len() < a.files.len()
+        || r.inputs.iter().any(|i| i.damage.is_some() || i.malformed_packets > 0 || i.skipped_blocks > 0);
     if partial {
         // One line: the first problem (file, offset, what), and how many more.
         let more = match r.warnings.len() {
@@ -648,6 +657,9 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
         let first = r.warnings.first().map_or("part of the input was damaged", String::as_str);
         eprintln!("tcpdoctor: warning: {first}{more}");
         return ExitCode::from(exit::PARTIAL);
+    }
+    if let Some(w) = r.warnings.iter().find(|w| w.contains(": interrupted (Ctrl-C)")) {
+        eprintln!("tcpdoctor: {w}");
     }
     ExitCode::from(exit::OK)
 }
