@@ -17,7 +17,7 @@ pub use link::{LinkType, Network, network_layer};
 pub(crate) use walk::{Head, Record, Step};
 pub use walk::{Packets, all_packets};
 
-use source::{Input, Slice, Source, Stream};
+use source::{Input, STREAM_BUFFER, Slice, Source, Stream};
 use std::fmt;
 use std::io::{Read, Seek};
 use std::os::fd::AsFd;
@@ -142,7 +142,7 @@ enum Bytes {
     Owned(Vec<u8>),
     Static(&'static [u8]),
     /// Read once, as the walk goes; `None` once a walk has taken it.
-    Stream(Mutex<Option<Input>>),
+    Stream(Mutex<Option<Input>>, usize),
 }
 
 /// A capture's bytes, held for the duration of the analysis: a regular file is
@@ -191,7 +191,7 @@ impl Capture {
         let bytes = if meta.is_file() && at_start() {
             if meta.len() == 0 { Bytes::Owned(Vec::new()) } else { Bytes::Mapped(Mapped::new(file)?) }
         } else {
-            Bytes::Stream(Mutex::new(Some(Input::File(file))))
+            Bytes::Stream(Mutex::new(Some(Input::File(file))), STREAM_BUFFER)
         };
         Ok(Capture { name, bytes })
     }
@@ -208,7 +208,14 @@ impl Capture {
 
     /// Streams from a reader, as standard input is (tests, fuzzing).
     pub fn from_reader(name: &str, reader: impl Read + Send + 'static) -> Capture {
-        Capture { name: name.to_string(), bytes: Bytes::Stream(Mutex::new(Some(Input::Reader(Box::new(reader))))) }
+        Capture::from_reader_buffered(name, reader, STREAM_BUFFER)
+    }
+
+    /// Like [`Capture::from_reader`], with a buffer that starts at `size` bytes
+    /// (tests and fuzzing use tiny ones, so records straddle every refill).
+    pub fn from_reader_buffered(name: &str, reader: impl Read + Send + 'static, size: usize) -> Capture {
+        let input = Mutex::new(Some(Input::Reader(Box::new(reader))));
+        Capture { name: name.to_string(), bytes: Bytes::Stream(input, size) }
     }
 
     /// The size in bytes; `None` for a stream, whose size is known only at its end.
@@ -217,7 +224,7 @@ impl Capture {
             Bytes::Mapped(m) => Some(m.map.len() as u64),
             Bytes::Owned(v) => Some(v.len() as u64),
             Bytes::Static(s) => Some(s.len() as u64),
-            Bytes::Stream(_) => None,
+            Bytes::Stream(..) => None,
         }
     }
 
@@ -239,10 +246,10 @@ impl Capture {
             Bytes::Mapped(m) => Packets::start(Source::Slice(Slice::new(&m.map, Some(m))), stop),
             Bytes::Owned(v) => Packets::start(Source::Slice(Slice::new(v, None)), stop),
             Bytes::Static(s) => Packets::start(Source::Slice(Slice::new(s, None)), stop),
-            Bytes::Stream(input) => {
+            Bytes::Stream(input, size) => {
                 let input = input.lock().unwrap_or_else(|e| e.into_inner()).take();
                 let input = input.ok_or_else(|| OpenError::io("was already read (a stream can be read once)"))?;
-                Packets::start(Source::Stream(Stream::new(input)), stop)
+                Packets::start(Source::Stream(Stream::new(input, *size)), stop)
             }
         }
     }

@@ -44,8 +44,9 @@ pub(crate) enum Fill {
 }
 
 impl Stream {
-    pub(crate) fn new(input: Input) -> Stream {
-        Stream { input, buf: vec![0; STREAM_BUFFER], start: 0, end: 0, base: 0, eof: false }
+    /// A stream read through a buffer of `size` bytes (at least 1).
+    pub(crate) fn new(input: Input, size: usize) -> Stream {
+        Stream { input, buf: vec![0; size.max(1)], start: 0, end: 0, base: 0, eof: false }
     }
 
     /// The unread bytes, and whether the input has ended.
