@@ -52,11 +52,17 @@ impl Template {
 
     /// Bytes of copy `k` (records only).
     fn copy(&self, k: u32, out: &mut Vec<u8>) {
+        self.copy_to(k, false, out)
+    }
+
+    /// Copy `k`, its client port or (`server`) its server port changed.
+    fn copy_to(&self, k: u32, server: bool, out: &mut Vec<u8>) {
         let port = (20000 + k).to_be_bytes();
         for (sec, usec, frame, orig) in &self.records {
             let mut f = frame.clone();
             let tcp = 14 + usize::from(f[14] & 15) * 4;
-            let at = if u16::from_be_bytes([f[tcp], f[tcp + 1]]) == self.client_port { tcp } else { tcp + 2 };
+            let from_client = u16::from_be_bytes([f[tcp], f[tcp + 1]]) == self.client_port;
+            let at = if from_client != server { tcp } else { tcp + 2 };
             f[at..at + 2].copy_from_slice(&port[2..]);
             for v in [sec + 2 * k, *usec, f.len() as u32, *orig] {
                 out.extend_from_slice(&v.to_le_bytes());
@@ -409,4 +415,26 @@ fn a_pcapng_block_naming_an_undeclared_interface_is_skipped() {
     assert_eq!(e_json["inputs"][0]["packets"], o["inputs"][0]["packets"]);
     assert_eq!(e_json["findings"], o["findings"]);
     assert_eq!(e_json["connections"], o["connections"]);
+}
+
+/// Connections to more distinct servers than the per-file bound: the first
+/// 512 keep their aggregates, the rest are counted in a warning, so memory
+/// does not grow with the number of servers a stream names (before: every
+/// server kept two 13 KiB histograms until the end).
+#[test]
+fn aggregates_are_kept_for_a_bounded_number_of_servers() {
+    let t = Template::load();
+    let mut bytes = t.header.clone();
+    for k in 0..600 {
+        t.copy_to(k, true, &mut bytes);
+    }
+    let caps = [tcpdoctor::capture::Capture::from_bytes("servers.pcap", bytes)];
+    let opts = tcpdoctor::analyze::Options { ladder_rows: 60, ..Default::default() };
+    let r = tcpdoctor::analyze::analyze(&caps, &opts).unwrap();
+    assert_eq!(r.inputs[0].connections, 600);
+    assert_eq!(r.breakdown.len(), 512);
+    assert_eq!(r.findings.iter().filter(|f| matches!(f, tcpdoctor::report::Finding::NagleDelayedAck(_))).count(), 512);
+    let w = r.warnings.iter().find(|w| w.contains("more than 512 server endpoints")).expect("a warning");
+    // 88 connections' exchanges and stalls (40 and 39 each) were dropped.
+    assert!(w.contains(&format!(" {} observations ", 88 * (40 + 39))), "{w}");
 }

@@ -130,6 +130,14 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
     if let Some((frame, what)) = &first_bad {
         r.warnings.push(format!("{}: {bad} malformed packets skipped (first: frame {frame}, {what})", cap.name));
     }
+    if r.dropped > 0 {
+        r.warnings.push(format!(
+            "{}: more than {} server endpoints (or Nagle endpoints); {} observations of the others were left out of the findings and breakdown, to bound memory",
+            cap.name,
+            agg::MAX_ENDPOINTS,
+            r.dropped
+        ));
+    }
     if r.guessed_roles > 0 {
         r.warnings.push(format!(
             "{}: {} connections started before the capture; their server was taken to be the end with the lower port",

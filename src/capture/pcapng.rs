@@ -20,6 +20,9 @@ pub(crate) struct Parser {
 const SHB: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
 /// Type, length, and the trailing length: the smallest block.
 const MIN_BLOCK: usize = 12;
+/// Interfaces a section may describe: more is damage (each costs memory, and
+/// an endless stream of descriptions must not grow it without bound).
+const MAX_INTERFACES: usize = 1 << 16;
 /// libpcap's largest block: a block claiming more is damage. It also bounds
 /// what a streamed block can make the reader buffer.
 pub(crate) const MAX_BLOCK: u32 = 16 << 20;
@@ -109,6 +112,11 @@ impl Parser {
                 let Some(units_per_sec) = units_per_sec(idb.if_tsresol) else {
                     return Step::Damage(format!("interface has an invalid if_tsresol ({:#x})", idb.if_tsresol));
                 };
+                if self.interfaces.len() >= MAX_INTERFACES {
+                    return Step::Damage(format!(
+                        "the section describes more than {MAX_INTERFACES} interfaces: the file is damaged here"
+                    ));
+                }
                 self.interfaces.push(Interface {
                     link: LinkType(u32::from(idb.linktype.0 as u16)),
                     units_per_sec,
@@ -203,6 +211,23 @@ mod tests {
         epb(&mut b, 0, 3, b"second");
         epb(&mut b, 0, 4, b"third");
         (b, spb_at, bad_at)
+    }
+
+    #[test]
+    fn endless_interface_descriptions_are_damage() {
+        let (mut bytes, _, _) = file();
+        let idb_at = bytes.len();
+        let mut idb = 1u16.to_le_bytes().to_vec();
+        idb.extend_from_slice(&[0, 0, 0, 0, 4, 0]);
+        for _ in 0..super::MAX_INTERFACES {
+            block(&mut bytes, 1, &idb);
+        }
+        let (p, d) = crate::capture::all_packets(&bytes).unwrap();
+        assert_eq!(p.len(), 3);
+        let d = d.expect("damage");
+        // One interface was described before: the last description is one too many.
+        assert_eq!(d.offset as usize, idb_at + (super::MAX_INTERFACES - 1) * 20, "{d}");
+        assert!(d.what.contains("more than 65536 interfaces"), "{d}");
     }
 
     #[test]
