@@ -50,7 +50,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Analyse pcap/pcapng captures: verdict, per-connection table, time breakdown, ladder.
-    #[command(after_help = "Exit codes: 0 all input analysed; 2 bad command line; 3 no input could be read; \
+    #[command(after_help = "Regular files are mapped; `-`, FIFOs and devices are streamed (memory for the open \
+connections, not the input). Ctrl-C stops reading and prints the report of what was read.\n\n\
+Exit codes: 0 all input analysed, or stopped by Ctrl-C; 2 bad command line; 3 no input could be read; \
 4 results printed but part of the input was damaged or skipped (see WARNINGS).")]
     Analyze(AnalyzeArgs),
     /// HTTP/1.1 load like wrk (same flags and layout), plus time to first byte, read gaps and client knobs.
