@@ -192,6 +192,8 @@ fn run_fed(
     cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     pre(&mut cmd);
     let start = Instant::now();
+    // Reaped below by wait4, which also gives this child's own rusage.
+    #[allow(clippy::zombie_processes)]
     let mut child = cmd.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {

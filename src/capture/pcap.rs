@@ -1,32 +1,10 @@
 //! Classic pcap: µs or ns magic, either byte order, and the "modified" variant.
 
 use super::{Head, LinkType, OpenError, Record, Step};
-use pcap_parser::pcap::{
-    LegacyPcapBlock, parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified, parse_pcap_header,
-};
-use pcap_parser::{PcapError, nom};
-
-/// Record layout: chosen once from the file header; matched (not called
-/// through a pointer) so the per-record parse inlines.
-#[derive(Clone, Copy)]
-enum Layout {
-    Le,
-    Be,
-    Modified,
-}
-
-#[inline(always)]
-fn parse(layout: Layout, i: &[u8]) -> nom::IResult<&[u8], LegacyPcapBlock<'_>, PcapError<&[u8]>> {
-    match layout {
-        Layout::Le => parse_pcap_frame(i),
-        Layout::Be => parse_pcap_frame_be(i),
-        Layout::Modified => parse_pcap_frame_modified(i),
-    }
-}
+use pcap_parser::pcap::parse_pcap_header;
 
 /// What the file header says about every record.
 pub(crate) struct Parser {
-    layout: Layout,
     link: LinkType,
     /// Multiplier from the fractional field to nanoseconds (1000 for µs files).
     frac_ns: i64,
@@ -57,21 +35,13 @@ impl Parser {
         let Ok((_, hdr)) = parse_pcap_header(buf) else {
             return Head::Bad(OpenError::at(0, "pcap file header is damaged"));
         };
-        let layout = if hdr.is_modified_format() {
-            Layout::Modified
-        } else if hdr.is_bigendian() {
-            Layout::Be
-        } else {
-            Layout::Le
-        };
         let frac_ns = if hdr.is_nanosecond_precision() { 1 } else { 1000 };
         Head::Ready(
             Parser {
-                layout,
                 // The upper bits carry FCS information, not the link type.
                 link: LinkType(hdr.network.0 as u32 & 0xffff),
                 frac_ns,
-                big_endian: matches!(layout, Layout::Be),
+                big_endian: hdr.is_bigendian() && !hdr.is_modified_format(),
                 record_header: if hdr.is_modified_format() { 24 } else { 16 },
             },
             FILE_HEADER,
@@ -79,7 +49,7 @@ impl Parser {
     }
 
     /// The record at the start of `buf`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn record<'b>(&self, buf: &'b [u8], eof: bool) -> Step<'b> {
         let h = self.record_header;
         if buf.len() < h {
@@ -92,8 +62,13 @@ impl Parser {
                 Step::Need(h)
             };
         }
-        let raw = [buf[8], buf[9], buf[10], buf[11]];
-        let caplen = if self.big_endian { u32::from_be_bytes(raw) } else { u32::from_le_bytes(raw) };
+        // The four fields every layout starts with (one bounds check for all).
+        let fields: &[u8; 16] = buf[..16].try_into().expect("16 bytes");
+        let field = |at: usize| {
+            let raw = [fields[at], fields[at + 1], fields[at + 2], fields[at + 3]];
+            if self.big_endian { u32::from_be_bytes(raw) } else { u32::from_le_bytes(raw) }
+        };
+        let caplen = field(8);
         if caplen > MAX_CAPLEN {
             return Step::Damage(format!(
                 "packet record claims {caplen} bytes (more than the {MAX_CAPLEN}-byte maximum): the file is damaged here"
@@ -110,16 +85,12 @@ impl Parser {
                 Step::Need(used)
             };
         }
-        match parse(self.layout, &buf[..used]) {
+        let orig_len = field(12);
+        if orig_len == 0 {
             // No link has 0-byte packets: this is zeros (or garbage) where a record should be.
-            Ok((_, b)) if b.origlen == 0 => {
-                Step::Damage("packet record says the packet was 0 bytes long: the file is damaged here".into())
-            }
-            Ok((_, b)) => {
-                let ts_ns = i64::from(b.ts_sec) * 1_000_000_000 + i64::from(b.ts_usec) * self.frac_ns;
-                Step::Record(used, Record::Packet { ts_ns, link: self.link, data: b.data, orig_len: b.origlen })
-            }
-            Err(_) => Step::Damage("packet record is damaged".into()),
+            return Step::Damage("packet record says the packet was 0 bytes long: the file is damaged here".into());
         }
+        let ts_ns = i64::from(field(0)) * 1_000_000_000 + i64::from(field(4)) * self.frac_ns;
+        Step::Record(used, Record::Packet { ts_ns, link: self.link, data: &buf[h..used], orig_len })
     }
 }

@@ -3,7 +3,7 @@
 //! buffer. Both offer the bytes at the read position the same way, so one
 //! parser serves both; only a stream can answer "need more bytes".
 
-use super::Mapped;
+use super::{Mapped, WINDOW};
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,35 +49,8 @@ impl Stream {
         Stream { input, buf: vec![0; size.max(1)], start: 0, end: 0, base: 0, eof: false }
     }
 
-    /// The unread bytes, and whether the input has ended.
-    #[inline]
-    pub(crate) fn peek(&self) -> (&[u8], bool) {
-        (&self.buf[self.start..self.end], self.eof)
-    }
-
-    #[inline]
-    pub(crate) fn offset(&self) -> u64 {
-        self.base + self.start as u64
-    }
-
-    /// Index in [`Stream::storage`] of the first unread byte.
-    #[inline]
-    pub(crate) fn cursor(&self) -> usize {
-        self.start
-    }
-
-    #[inline]
-    pub(crate) fn consume(&mut self, n: usize) {
-        self.start += n;
-    }
-
-    #[inline]
-    pub(crate) fn storage(&self) -> &[u8] {
-        &self.buf[..self.end]
-    }
-
     /// Reads until `need` unread bytes are buffered or the input ends.
-    pub(crate) fn fill(&mut self, need: usize, stop: Option<&AtomicBool>) -> Fill {
+    fn refill(&mut self, need: usize, stop: Option<&AtomicBool>) -> Fill {
         if self.start + need > self.buf.len() {
             // Move the partial record to the front; grow only if it cannot fit at all.
             self.buf.copy_within(self.start..self.end, 0);
@@ -120,73 +93,96 @@ pub(crate) enum Source<'a> {
     Stream(Stream),
 }
 
-impl Source<'_> {
+/// What the walk needs from its bytes; implemented by [`Slice`] and
+/// [`Stream`], so each walk is compiled for its own kind (no per-record dispatch).
+pub(crate) trait Bytes {
     /// The unread bytes, and whether no more will come.
-    #[inline]
-    pub(crate) fn peek(&self) -> (&[u8], bool) {
-        match self {
-            Source::Slice(s) => (&s.bytes[s.pos..], true),
-            Source::Stream(s) => s.peek(),
-        }
-    }
-
+    fn peek(&self) -> (&[u8], bool);
     /// Offset in the input of the first unread byte.
-    #[inline]
-    pub(crate) fn offset(&self) -> u64 {
-        match self {
-            Source::Slice(s) => s.pos as u64,
-            Source::Stream(s) => s.offset(),
-        }
-    }
-
-    /// Index in [`Source::storage`] of the first unread byte.
-    #[inline]
-    pub(crate) fn cursor(&self) -> usize {
-        match self {
-            Source::Slice(s) => s.pos,
-            Source::Stream(s) => s.cursor(),
-        }
-    }
-
-    /// The bytes that [`Source::cursor`] indexes.
-    #[inline]
-    pub(crate) fn storage(&self) -> &[u8] {
-        match self {
-            Source::Slice(s) => s.bytes,
-            Source::Stream(s) => s.storage(),
-        }
-    }
-
-    #[inline]
-    pub(crate) fn consume(&mut self, n: usize) {
-        match self {
-            Source::Slice(s) => s.pos += n,
-            Source::Stream(s) => s.consume(n),
-        }
-    }
-
-    /// Makes `need` unread bytes available if the input has them (a slice has all it will have).
-    pub(crate) fn fill(&mut self, need: usize, stop: Option<&AtomicBool>) -> Fill {
-        match self {
-            Source::Slice(_) => Fill::Done,
-            Source::Stream(s) => s.fill(need, stop),
-        }
-    }
-
+    fn offset(&self) -> u64;
+    /// Index in [`Bytes::storage`] of the first unread byte.
+    fn cursor(&self) -> usize;
+    /// The bytes that [`Bytes::cursor`] indexes.
+    fn storage(&self) -> &[u8];
+    fn consume(&mut self, n: usize);
+    /// Makes `need` unread bytes available if the input has them.
+    fn fill(&mut self, need: usize, stop: Option<&AtomicBool>) -> Fill;
     /// Whether the record ending at storage index `end` is still the input's.
-    #[inline]
-    pub(crate) fn check(&mut self, end: usize) -> Result<(), String> {
-        match self {
-            Source::Slice(s) => s.check(end),
-            Source::Stream(_) => Ok(()),
-        }
-    }
+    fn check(&mut self, end: usize) -> Result<(), String>;
+    /// Whether the reader entered a new window of a mapped file (then mapped ahead of it).
+    fn next_window(&mut self) -> bool;
+}
 
-    /// Starts mapping the window ahead of a mapped file's reader.
-    pub(crate) fn window(&self) {
-        if let Source::Slice(s) = self {
-            s.window();
+impl Bytes for Stream {
+    #[inline]
+    fn peek(&self) -> (&[u8], bool) {
+        (&self.buf[self.start..self.end], self.eof)
+    }
+    #[inline]
+    fn offset(&self) -> u64 {
+        self.base + self.start as u64
+    }
+    #[inline]
+    fn cursor(&self) -> usize {
+        self.start
+    }
+    #[inline]
+    fn storage(&self) -> &[u8] {
+        &self.buf[..self.end]
+    }
+    #[inline]
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+    }
+    fn fill(&mut self, need: usize, stop: Option<&AtomicBool>) -> Fill {
+        self.refill(need, stop)
+    }
+    #[inline]
+    fn check(&mut self, _: usize) -> Result<(), String> {
+        Ok(())
+    }
+    #[inline]
+    fn next_window(&mut self) -> bool {
+        false
+    }
+}
+
+impl Bytes for Slice<'_> {
+    #[inline]
+    fn peek(&self) -> (&[u8], bool) {
+        (&self.bytes[self.pos..], true)
+    }
+    #[inline]
+    fn offset(&self) -> u64 {
+        self.pos as u64
+    }
+    #[inline]
+    fn cursor(&self) -> usize {
+        self.pos
+    }
+    #[inline]
+    fn storage(&self) -> &[u8] {
+        self.bytes
+    }
+    #[inline]
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+    }
+    fn fill(&mut self, _: usize, _: Option<&AtomicBool>) -> Fill {
+        Fill::Done
+    }
+    #[inline]
+    fn check(&mut self, end: usize) -> Result<(), String> {
+        self.check_mapped(end)
+    }
+    #[inline]
+    fn next_window(&mut self) -> bool {
+        if self.pos < self.window_end {
+            return false;
         }
+        self.window_end += WINDOW;
+        self.window();
+        true
     }
 }
 
@@ -205,6 +201,8 @@ pub(crate) struct Slice<'a> {
     pub(crate) bytes: &'a [u8],
     pub(crate) pos: usize,
     pub(crate) map: Option<&'a Mapped>,
+    /// End of the window the reader is in.
+    window_end: usize,
     /// Bytes known to be the file's: all of them until a read faulted.
     limit: usize,
     /// The fault offset `limit` was computed for.
@@ -214,7 +212,7 @@ pub(crate) struct Slice<'a> {
 
 impl<'a> Slice<'a> {
     pub(crate) fn new(bytes: &'a [u8], map: Option<&'a Mapped>) -> Slice<'a> {
-        Slice { bytes, pos: 0, map, limit: usize::MAX, seen: usize::MAX, tail_checked: false }
+        Slice { bytes, pos: 0, map, window_end: WINDOW, limit: usize::MAX, seen: usize::MAX, tail_checked: false }
     }
 
     /// Read-ahead and release around the reader (mapped files).
@@ -237,7 +235,7 @@ impl<'a> Slice<'a> {
     /// landing between this check and the decoding of this one record is not
     /// caught; it costs at most that record.)
     #[inline]
-    pub(crate) fn check(&mut self, end: usize) -> Result<(), String> {
+    fn check_mapped(&mut self, end: usize) -> Result<(), String> {
         let Some(m) = self.map else { return Ok(()) };
         let next_page = (end.saturating_sub(1) | 4095) + 1;
         if next_page < self.bytes.len() {

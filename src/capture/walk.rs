@@ -2,7 +2,7 @@
 //! the format parser looks at the bytes at the read position; a stream that
 //! holds too few is refilled ("need more bytes" is damage only at the end).
 
-use super::source::{Fill, Slice, Source};
+use super::source::{Bytes, Fill, Slice, Source};
 use super::{Damage, Format, LinkType, OpenError, Packet, WINDOW, format_of, hex, pcap, pcapng};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,6 +48,11 @@ enum Parser {
 /// Stops at the first damaged record; [`Packets::damage`] then says where and why.
 pub struct Packets<'a> {
     src: Source<'a>,
+    walk: Walk,
+}
+
+/// The walk's state, apart from its bytes (so both can be borrowed at once).
+struct Walk {
     parser: Parser,
     frame: u64,
     damage: Option<Damage>,
@@ -57,7 +62,6 @@ pub struct Packets<'a> {
     stopped: bool,
     done: bool,
     progress: Option<Arc<AtomicU64>>,
-    next_window: usize,
 }
 
 /// Every packet of bytes in memory, and where the walk stopped early, if it did.
@@ -69,7 +73,7 @@ pub fn all_packets(bytes: &[u8]) -> Result<(Vec<Packet<'_>>, Option<Damage>), Op
         let at = p.data.as_ptr() as usize - bytes.as_ptr() as usize;
         out.push(Packet { data: &bytes[at..at + p.data.len()], ..p });
     }
-    Ok((out, walk.damage))
+    Ok((out, walk.walk.damage))
 }
 
 impl<P> Head<P> {
@@ -91,71 +95,125 @@ impl<'a> Packets<'a> {
     /// Reads the file header; a stream is read until it is complete. `stop`
     /// ends a wait for bytes (see [`Packets::stopped`]).
     pub(crate) fn start(mut src: Source<'a>, stop: Option<&'static AtomicBool>) -> Result<Packets<'a>, OpenError> {
-        let mut need = 4;
-        let parser = loop {
-            match src.fill(need, stop) {
-                Fill::Done => {}
-                Fill::Stopped => return Err(OpenError::io("interrupted before the capture header came")),
-                Fill::Failed(e) => return Err(OpenError::io(format!("cannot read: {e}"))),
-            }
-            let (buf, eof) = src.peek();
-            if buf.is_empty() {
-                return Err(OpenError::at(0, "empty file (no capture header)"));
-            }
-            let head = match format_of(buf) {
-                Some(Format::Pcap) => pcap::Parser::header(buf, eof).map(Parser::Pcap),
-                Some(Format::PcapNg) => pcapng::Parser::header(buf, eof).map(Parser::PcapNg),
-                None if buf.len() < 4 && !eof => Head::Need(4),
-                None => {
-                    return Err(OpenError::at(
-                        0,
-                        format!(
-                            "not a pcap or pcapng file (magic {}); write captures with `tcpdump -w` or `tshark -w`",
-                            hex(&buf[..buf.len().min(4)])
-                        ),
-                    ));
-                }
-            };
-            match head {
-                Head::Ready(p, used) => {
-                    src.consume(used);
-                    break p;
-                }
-                Head::Need(n) => need = n,
-                Head::Bad(e) => return Err(e),
-            }
+        let parser = match &mut src {
+            Source::Slice(s) => header(s, stop)?,
+            Source::Stream(s) => header(s, stop)?,
         };
         let p = Packets {
             src,
-            parser,
-            frame: 0,
-            damage: None,
-            undeclared: None,
-            stop,
-            stopped: false,
-            done: false,
-            progress: None,
-            next_window: WINDOW,
+            walk: Walk {
+                parser,
+                frame: 0,
+                damage: None,
+                undeclared: None,
+                stop,
+                stopped: false,
+                done: false,
+                progress: None,
+            },
         };
-        p.src.window();
+        if let Source::Slice(s) = &p.src {
+            s.window();
+        }
         Ok(p)
     }
 
     /// Adds the bytes walked to `counter` every few MB (mapped files), for a progress bar.
     pub fn count_into(&mut self, counter: Arc<AtomicU64>) {
-        self.progress = Some(counter);
+        self.walk.progress = Some(counter);
     }
 
     /// The next packet, or `None` at the end, at damage, or once stopped.
     #[inline]
     #[allow(clippy::should_implement_trait)] // a lending iterator: the packet borrows the walk
     pub fn next(&mut self) -> Option<Packet<'_>> {
+        match &mut self.src {
+            Source::Slice(s) => self.walk.next_in(s),
+            Source::Stream(s) => self.walk.next_in(s),
+        }
+    }
+
+    /// The container format.
+    pub fn format(&self) -> Format {
+        match self.walk.parser {
+            Parser::Pcap(_) => Format::Pcap,
+            Parser::PcapNg(_) => Format::PcapNg,
+        }
+    }
+
+    /// Byte offset of the next record.
+    pub fn offset(&self) -> u64 {
+        match &self.src {
+            Source::Slice(s) => s.offset(),
+            Source::Stream(s) => s.offset(),
+        }
+    }
+
+    /// Where reading stopped early, if it did.
+    pub fn damage(&self) -> Option<&Damage> {
+        self.walk.damage.as_ref()
+    }
+
+    /// Packet blocks skipped because they name an interface the file never
+    /// described (pcapng), and the offset of the first; `None` if there were none.
+    pub fn undeclared(&self) -> Option<(u64, u64)> {
+        self.walk.undeclared
+    }
+
+    /// Whether the walk ended because the stop flag was raised.
+    pub fn stopped(&self) -> bool {
+        self.walk.stopped
+    }
+}
+
+/// Reads the file header, refilling a stream until it is complete.
+fn header(src: &mut impl Bytes, stop: Option<&'static AtomicBool>) -> Result<Parser, OpenError> {
+    let mut need = 4;
+    loop {
+        match src.fill(need, stop) {
+            Fill::Done => {}
+            Fill::Stopped => return Err(OpenError::io("interrupted before the capture header came")),
+            Fill::Failed(e) => return Err(OpenError::io(format!("cannot read: {e}"))),
+        }
+        let (buf, eof) = src.peek();
+        if buf.is_empty() {
+            return Err(OpenError::at(0, "empty file (no capture header)"));
+        }
+        let head = match format_of(buf) {
+            Some(Format::Pcap) => pcap::Parser::header(buf, eof).map(Parser::Pcap),
+            Some(Format::PcapNg) => pcapng::Parser::header(buf, eof).map(Parser::PcapNg),
+            None if buf.len() < 4 && !eof => Head::Need(4),
+            None => {
+                return Err(OpenError::at(
+                    0,
+                    format!(
+                        "not a pcap or pcapng file (magic {}); write captures with `tcpdump -w` or `tshark -w`",
+                        hex(&buf[..buf.len().min(4)])
+                    ),
+                ));
+            }
+        };
+        match head {
+            Head::Ready(p, used) => {
+                src.consume(used);
+                return Ok(p);
+            }
+            Head::Need(n) => need = n,
+            Head::Bad(e) => return Err(e),
+        }
+    }
+}
+
+impl Walk {
+    /// The next packet from `src` (the same loop for every kind of bytes).
+    #[inline]
+    fn next_in<'s>(&mut self, src: &'s mut impl Bytes) -> Option<Packet<'s>> {
         loop {
             if self.done {
                 return None;
             }
-            let at = self.src.offset();
-            let (buf, eof) = self.src.peek();
+            let at = src.offset();
+            let (buf, eof) = src.peek();
             if buf.is_empty() && eof {
                 self.done = true;
                 return None;
@@ -166,8 +224,8 @@ impl<'a> Packets<'a> {
             };
             let (used, found) = match step {
                 Step::Record(used, Record::Packet { ts_ns, link, data, orig_len }) => {
-                    // Where the data lies in the source's storage, so the borrow of `buf` can end here.
-                    let from = self.src.cursor() + (data.as_ptr() as usize - buf.as_ptr() as usize);
+                    // Where the data lies in the storage, so the borrow of `buf` can end here.
+                    let from = src.cursor() + (data.as_ptr() as usize - buf.as_ptr() as usize);
                     (used, Some((ts_ns, link, from..from + data.len(), orig_len)))
                 }
                 Step::Record(used, Record::Skip) => (used, None),
@@ -176,7 +234,7 @@ impl<'a> Packets<'a> {
                     (used, None)
                 }
                 Step::Need(n) => {
-                    match self.src.fill(n, self.stop) {
+                    match src.fill(n, self.stop) {
                         Fill::Done => {}
                         Fill::Stopped => {
                             self.stopped = true;
@@ -191,17 +249,17 @@ impl<'a> Packets<'a> {
                     continue;
                 }
             };
-            let cursor = self.src.cursor();
-            if let Err(what) = self.src.check(cursor + used) {
+            if let Err(what) = src.check(src.cursor() + used) {
                 self.fail(at, what);
                 continue;
             }
-            self.src.consume(used);
-            self.housekeeping();
+            src.consume(used);
+            if src.next_window() {
+                self.crossed_window();
+            }
             if let Some((ts_ns, link, range, orig_len)) = found {
                 self.frame += 1;
-                let data = &self.src.storage()[range];
-                return Some(Packet { frame: self.frame, ts_ns, link, data, orig_len });
+                return Some(Packet { frame: self.frame, ts_ns, link, data: &src.storage()[range], orig_len });
             }
         }
     }
@@ -211,15 +269,9 @@ impl<'a> Packets<'a> {
         self.done = true;
     }
 
-    /// Every window of a mapped file: read ahead, release behind, count, look at the stop flag.
-    #[inline]
-    fn housekeeping(&mut self) {
-        let Source::Slice(s) = &self.src else { return };
-        if s.pos < self.next_window {
-            return;
-        }
-        self.next_window += WINDOW;
-        s.window();
+    /// Every window of a mapped file: count, and look at the stop flag.
+    #[cold]
+    fn crossed_window(&mut self) {
         if let Some(p) = &self.progress {
             p.fetch_add(WINDOW as u64, Ordering::Relaxed);
         }
@@ -227,34 +279,5 @@ impl<'a> Packets<'a> {
             self.stopped = true;
             self.done = true;
         }
-    }
-
-    /// The container format.
-    pub fn format(&self) -> Format {
-        match self.parser {
-            Parser::Pcap(_) => Format::Pcap,
-            Parser::PcapNg(_) => Format::PcapNg,
-        }
-    }
-
-    /// Byte offset of the next record.
-    pub fn offset(&self) -> u64 {
-        self.src.offset()
-    }
-
-    /// Where reading stopped early, if it did.
-    pub fn damage(&self) -> Option<&Damage> {
-        self.damage.as_ref()
-    }
-
-    /// Packet blocks skipped because they name an interface the file never
-    /// described (pcapng), and the offset of the first; `None` if there were none.
-    pub fn undeclared(&self) -> Option<(u64, u64)> {
-        self.undeclared
-    }
-
-    /// Whether the walk ended because the stop flag was raised.
-    pub fn stopped(&self) -> bool {
-        self.stopped
     }
 }
