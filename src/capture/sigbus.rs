@@ -3,9 +3,10 @@
 //! Reading a page of a file mapping that lies past the file's end raises
 //! SIGBUS, which kills the process. A process-wide handler (installed once,
 //! with the first mapping) turns that into a flag for mappings registered
-//! here: it maps anonymous zero pages over the rest of the mapping, marks it
-//! truncated and returns, so the read that faulted gets zeros and the reader
-//! (which checks the flag after every record) stops at the file's new size.
+//! here: it maps anonymous zero pages from the faulting page to the end of
+//! the mapping, records that offset and returns, so the read that faulted
+//! gets zeros and the reader (which looks at the offset after every record,
+//! source.rs) stops at the file's new size.
 //! A SIGBUS anywhere else goes to the handler that was there before (Rust's
 //! stack-overflow reporter, or the default action): a real bug still crashes.
 //!
