@@ -440,3 +440,44 @@ fn aggregates_are_kept_for_a_bounded_number_of_servers() {
     // 88 connections' exchanges and stalls (40 and 39 each) were dropped.
     assert!(w.contains(&format!(" {} observations ", 88 * (40 + 39))), "{w}");
 }
+
+/// Mapped files stay open during the analysis (to ask a shrinking file's size):
+/// 1100 of them under a soft open-files limit of 256 are all analysed, the
+/// limit raised toward the hard one as needed.
+#[test]
+fn more_files_than_the_soft_open_files_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("wwr_nagle.pcap");
+    std::fs::copy(data("wwr_nagle.pcap"), &src).unwrap();
+    let mut paths = Vec::new();
+    for i in 0..1100 {
+        let p = dir.path().join(format!("{i}.pcap"));
+        std::fs::hard_link(&src, &p).unwrap();
+        paths.push(p);
+    }
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit on a live rlimit.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    assert!(lim.rlim_max >= 1200, "the hard limit ({}) leaves no room to test this", lim.rlim_max);
+    let mut cmd = Command::new(BIN);
+    cmd.args(["analyze", "--json"]).args(&paths).stdout(Stdio::piped()).stderr(Stdio::piped());
+    {
+        use std::os::unix::process::CommandExt;
+        let hard = lim.rlim_max;
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let l = libc::rlimit { rlim_cur: 256, rlim_max: hard };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = json(&out.stdout);
+    assert_eq!(r["inputs"].as_array().unwrap().len(), 1100);
+    assert!(r["inputs"].as_array().unwrap().iter().all(|i| i["packets"] == 157));
+}

@@ -606,6 +606,7 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
     };
     let mut caps = Vec::new();
     let mut skipped = Vec::new();
+    tcpdoctor::capture::make_room_for(a.files.len());
     for f in &a.files {
         match Capture::open(f) {
             Ok(c) => caps.push(c),

@@ -255,6 +255,24 @@ impl Capture {
     }
 }
 
+/// A mapped file stays open (its size is asked again if it shrinks during the
+/// walk): raises the soft open-files limit toward the hard one so that `files`
+/// of them, and a few more, fit. Beyond the hard limit, opening says so.
+pub fn make_room_for(files: usize) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a live rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        let want = (files as u64).saturating_add(64).min(lim.rlim_max);
+        if want > lim.rlim_cur {
+            lim.rlim_cur = want;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// The format of a capture, from its first four bytes.
 pub fn format_of(bytes: &[u8]) -> Option<Format> {
     let magic: [u8; 4] = bytes.get(..4)?.try_into().ok()?;
