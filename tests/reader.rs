@@ -1,8 +1,9 @@
 //! Capture input that must never crash, hang or exhaust memory, through the
 //! real binary: a file truncated while analyze maps it, a stream of hundreds
 //! of MB through a pipe (same report as the file, bounded RSS), Ctrl-C on a
-//! pipe whose writer stays, endless devices, and a pcapng block naming an
-//! undeclared interface.
+//! pipe whose writer stays, endless devices, a pcapng block naming an
+//! undeclared interface, more servers than the aggregates keep, and more
+//! mapped files than the soft open-files limit.
 //!
 //! Big inputs are built from tests/data/nginx_nodelay_off.pcap: copy `k` of
 //! its records gets client port 20000 + k and timestamps shifted by 2 s × k,
