@@ -143,7 +143,7 @@ fn read(bytes: Vec<u8>) -> Read {
     let cap = Capture::from_bytes("capture", bytes);
     let mut r = Read { link: None, ts_ns: vec![], ports: vec![], caplens: vec![] };
     let mut packets = cap.packets().expect("a pcap");
-    for p in packets.by_ref() {
+    while let Some(p) = packets.next() {
         r.link = Some(p.link);
         r.ts_ns.push(p.ts_ns);
         r.caplens.push((p.data.len(), p.orig_len));

@@ -10,6 +10,9 @@
 //!   (huge caplen, IPv4 IHL < 5, TCP data offset < 5 or past the packet, IPv6
 //!   extension chains, pcapng timestamp resolution/offset extremes).
 //! * Unit level: `capture::Packets` and `wire::decode` on arbitrary bytes.
+//! * Every input above is analysed twice: in memory and streamed in small
+//!   chunks through a small buffer (as standard input is); the two reports
+//!   (or errors) must be identical.
 //! * Regression tests for crashes found by `fuzz/` (bytes inline).
 //!
 //! Every analysis runs under a watchdog, so a hang fails the test instead of
@@ -37,23 +40,55 @@ fn opts() -> Options {
 /// Longest a single analysis of a small input may take before it counts as a hang.
 const WATCHDOG: Duration = Duration::from_secs(10);
 
-/// Runs `analyze` on `bytes` in a thread under a watchdog. A panic in the
-/// analysis is re-raised here (so the test fails with its message); a hang
-/// fails the test. The report is also rendered (text and JSON) so the output
-/// paths see the same hostile data.
+/// A reader that hands out its bytes in chunks of 1 to 97 bytes, as a pipe might.
+struct Chunks {
+    bytes: Vec<u8>,
+    at: usize,
+    n: usize,
+}
+
+impl std::io::Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.n = (self.n * 31 + 7) % 97;
+        let k = (self.n + 1).min(buf.len()).min(self.bytes.len() - self.at);
+        buf[..k].copy_from_slice(&self.bytes[self.at..self.at + k]);
+        self.at += k;
+        Ok(k)
+    }
+}
+
+/// The same bytes as a stream: in chunks, through a 64-byte buffer that must
+/// grow and compact as records straddle refills.
+fn streamed(name: &str, bytes: Vec<u8>) -> Capture {
+    Capture::from_reader_buffered(name, Chunks { bytes, at: 0, n: 0 }, 64)
+}
+
+/// Runs `analyze` on `bytes` in a thread under a watchdog, both in memory and
+/// streamed; the two must give the same report (or the same error). A panic
+/// in the analysis is re-raised here (so the test fails with its message); a
+/// hang fails the test. The report is also rendered (text and JSON) so the
+/// output paths see the same hostile data.
 fn analyze_guarded(name: &str, bytes: Vec<u8>) -> Result<Report, String> {
     let (tx, rx) = mpsc::channel();
     let name = name.to_string();
     let h = std::thread::spawn(move || {
-        let caps = [Capture::from_bytes(&name, bytes)];
-        let r = analyze(&caps, &opts()).map_err(|e| {
-            assert_eq!(e.file, name, "the error names the input");
-            e.to_string()
-        });
-        if let Ok(rep) = &r {
-            let _ = tcpdoctor::report::render(rep);
-            let _ = serde_json::to_string(rep).expect("report serialises");
-        }
+        let run = |cap: Capture| {
+            let r = analyze(&[cap], &opts()).map_err(|e| {
+                assert_eq!(e.file, name, "the error names the input");
+                e.to_string()
+            });
+            let json = match &r {
+                Ok(rep) => {
+                    let _ = tcpdoctor::report::render(rep);
+                    Ok(serde_json::to_string(rep).expect("report serialises"))
+                }
+                Err(e) => Err(e.clone()),
+            };
+            (r, json)
+        };
+        let (r, json) = run(Capture::from_bytes(&name, bytes.clone()));
+        let (_, stream_json) = run(streamed(&name, bytes));
+        assert_eq!(json, stream_json, "{name}: the stream's report differs from the file's");
         let _ = tx.send(r);
     });
     match rx.recv_timeout(WATCHDOG) {
@@ -570,7 +605,11 @@ fn hostile_pcap(link: u32, frames: &[(FrameSpec, u32, u32, bool)]) -> Vec<u8> {
 fn layouts_match_the_reader_on_whole_files() {
     // The independent record walk agrees with tcpdoctor on the intact files.
     for f in [wwr_nagle(), nagle_ns()] {
-        let n = Packets::new(&f.bytes).unwrap().count() as u64;
+        let mut p = Packets::new(&f.bytes).unwrap();
+        let mut n = 0u64;
+        while p.next().is_some() {
+            n += 1;
+        }
         assert_eq!(n, f.layout.packets_before(f.bytes.len()), "{}", f.name);
         assert!(n > 100, "{}: {n} packets", f.name);
     }
@@ -726,21 +765,29 @@ proptest! {
 // (c) Unit level: the packet walker and the wire decoder
 // ---------------------------------------------------------------------------
 
-fn walk(bytes: &[u8]) {
-    let Ok(mut p) = Packets::new(bytes) else {
-        return;
-    };
-    let mut n = 0u64;
-    for pkt in p.by_ref() {
-        n += 1;
-        assert_eq!(pkt.frame, n);
+type Walked = (Vec<(u64, i64, LinkType, Vec<u8>, u32)>, Option<String>, Option<(u64, u64)>);
+
+fn walk_all(p: &mut Packets<'_>, len: usize) -> Walked {
+    let mut out = Vec::new();
+    while let Some(pkt) = p.next() {
+        assert_eq!(pkt.frame, out.len() as u64 + 1);
         // Every record takes at least 12 bytes, so this bounds the walk.
-        assert!(n as usize <= bytes.len() / 12 + 1, "walk does not advance");
+        assert!(out.len() <= len / 12 + 1, "walk does not advance");
         let _ = wire::decode(pkt.frame, pkt.ts_ns, pkt.link, pkt.data, pkt.orig_len);
+        out.push((pkt.frame, pkt.ts_ns, pkt.link, pkt.data.to_vec(), pkt.orig_len));
     }
     if let Some(d) = p.damage() {
-        assert!(d.offset <= bytes.len() as u64, "damage offset past the end: {d}");
+        assert!(d.offset <= len as u64, "damage offset past the end: {d}");
     }
+    (out, p.damage().map(|d| d.to_string()), p.undeclared())
+}
+
+/// Walks `bytes` in memory and streamed: the same packets, damage and skipped blocks, or the same error.
+fn walk(bytes: &[u8]) {
+    let whole = Packets::new(bytes).map(|mut p| walk_all(&mut p, bytes.len())).map_err(|e| e.to_string());
+    let cap = streamed("walk", bytes.to_vec());
+    let stream = cap.packets().map(|mut p| walk_all(&mut p, bytes.len())).map_err(|e| e.to_string());
+    assert_eq!(whole, stream);
 }
 
 proptest! {

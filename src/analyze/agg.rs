@@ -48,6 +48,21 @@ impl<const N: usize> Kept<N> {
     }
 }
 
+/// Endpoints (or endpoint and side) each per-file map keeps aggregates for.
+/// Each costs one or two histograms (13 KiB each), so a stream of endless
+/// distinct servers, or of client-side Nagle stalls from endless client ports,
+/// stays within ~50 MiB in all; observations of further endpoints are counted
+/// and dropped.
+pub(crate) const MAX_ENDPOINTS: usize = 512;
+
+/// The entry for `k`, or `None` when the map is full and `k` not in it.
+pub(crate) fn bounded_entry<K: std::hash::Hash + Eq, V: Default>(m: &mut FxHashMap<K, V>, k: K) -> Option<&mut V> {
+    if m.len() >= MAX_ENDPOINTS && !m.contains_key(&k) {
+        return None;
+    }
+    Some(m.entry(k).or_default())
+}
+
 /// Example frames kept per finding.
 pub(crate) const EXAMPLES: usize = 5;
 
@@ -112,6 +127,8 @@ pub(crate) struct FileResult {
     pub(crate) slowest: Kept<SLOWEST_LADDERS>,
     pub(crate) flow: Option<Ladder>,
     pub(crate) warnings: Vec<String>,
+    /// Observations dropped because their endpoint's map was full ([`MAX_ENDPOINTS`]).
+    pub(crate) dropped: u64,
 }
 
 pub(crate) fn push_example(v: &mut Vec<u64>, frames: &[u64], per: usize) {
@@ -277,6 +294,7 @@ impl FileResult {
         }
         self.flow = self.flow.take().or(f.flow);
         self.warnings.extend(f.warnings);
+        self.dropped += f.dropped;
     }
 }
 

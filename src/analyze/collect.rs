@@ -2,7 +2,7 @@
 //! folds what they observe into the file's aggregates, connection rows and ladders.
 
 use super::Options;
-use super::agg::{FileResult, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg};
+use super::agg::{FileResult, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg, bounded_entry};
 use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
 use crate::report::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
 use crate::tcp::table::Totals;
@@ -93,20 +93,24 @@ impl<'o> Collector<'o> {
             Observation::Retransmission { from, spurious, frame, since_ns } => {
                 st.retrans += 1;
                 st.lost_ns = st.lost_ns.saturating_add(since_ns);
-                self.r.retrans.entry((info.server, from)).or_default().add_retrans(
-                    spurious,
-                    frame,
-                    since_ns,
-                    st.retrans == 1,
-                );
+                match bounded_entry(&mut self.r.retrans, (info.server, from)) {
+                    Some(a) => a.add_retrans(spurious, frame, since_ns, st.retrans == 1),
+                    None => self.r.dropped += 1,
+                }
             }
             Observation::SynRetry { from, retries, delay_ns, answered, frames } => {
                 st.lost_ns = st.lost_ns.saturating_add(delay_ns);
-                self.r.syn.entry((info.server, from)).or_default().add_syn(retries, delay_ns, answered, frames);
+                match bounded_entry(&mut self.r.syn, (info.server, from)) {
+                    Some(a) => a.add_syn(retries, delay_ns, answered, frames),
+                    None => self.r.dropped += 1,
+                }
             }
             Observation::ZeroWindow { from, duration_ns, frames } => {
                 st.lost_ns = st.lost_ns.saturating_add(duration_ns);
-                self.r.zero.entry((info.server, from)).or_default().add_zero(duration_ns, frames);
+                match bounded_entry(&mut self.r.zero, (info.server, from)) {
+                    Some(a) => a.add_zero(duration_ns, frames),
+                    None => self.r.dropped += 1,
+                }
             }
         }
     }
@@ -117,7 +121,10 @@ impl<'o> Collector<'o> {
         st.cur_stall = st.cur_stall.saturating_add(s.stall_ns);
         // Only connections that never stalled offer their slowest exchange.
         st.slowest = None;
-        self.r.nagle.entry(info.endpoint(s.nagle)).or_default().add(info.endpoint(s.nagle.other()).ip, &s);
+        match bounded_entry(&mut self.r.nagle, info.endpoint(s.nagle)) {
+            Some(a) => a.add(info.endpoint(s.nagle.other()).ip, &s),
+            None => self.r.dropped += 1,
+        }
         for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
             for r in rows.iter_mut() {
                 if r.frame == s.small_frame {
@@ -129,20 +136,30 @@ impl<'o> Collector<'o> {
         }
     }
 
-    fn server_slot(&mut self, info: &ConnInfo, st: &mut Acc) -> usize {
-        *st.server_slot.get_or_insert_with(|| {
-            *self.slot_of.entry(info.server).or_insert_with(|| {
-                self.slots.push((info.server, ServerAgg::default()));
-                self.slots.len() - 1
-            })
-        })
+    /// This connection's server's aggregates; `None` when [`MAX_ENDPOINTS`]
+    /// other servers have them.
+    fn server_slot(&mut self, info: &ConnInfo, st: &mut Acc) -> Option<usize> {
+        if st.server_slot.is_none() {
+            st.server_slot = match self.slot_of.get(&info.server) {
+                Some(&i) => Some(i),
+                None if self.slots.len() >= MAX_ENDPOINTS => None,
+                None => {
+                    self.slots.push((info.server, ServerAgg::default()));
+                    self.slot_of.insert(info.server, self.slots.len() - 1);
+                    Some(self.slots.len() - 1)
+                }
+            };
+        }
+        st.server_slot
     }
 
     fn exchange(&mut self, info: &ConnInfo, st: &mut Acc, x: Exchange) {
         st.exchanges += 1;
         let times = x.times(info.rtt_to(Side::Client), info.rtt_to(Side::Server));
-        let slot = self.server_slot(info, st);
-        self.slots[slot].1.add_exchange(&times, &x);
+        match self.server_slot(info, st) {
+            Some(slot) => self.slots[slot].1.add_exchange(&times, &x),
+            None => self.r.dropped += 1,
+        }
         // The exchange that just ended keeps its rows only if its ladder could make the
         // report: ranks only worsen as the connection goes on, so this check is safe.
         // A replaced exchange's buffer takes the next exchange's rows.
@@ -269,10 +286,11 @@ impl Sink<ConnState> for Collector<'_> {
             self.r.guessed_roles += 1;
         }
         let id = self.conn_id(info.id);
-        let slot = self.server_slot(info, &mut st);
-        let server = &mut self.slots[slot].1;
-        if server.software.is_none() {
-            server.software = det.server_software.take();
+        if let Some(slot) = self.server_slot(info, &mut st) {
+            let server = &mut self.slots[slot].1;
+            if server.software.is_none() {
+                server.software = det.server_software.take();
+            }
         }
         for side in [Side::Client, Side::Server] {
             if st.stalls[side.idx()] > 0

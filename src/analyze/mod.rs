@@ -7,7 +7,7 @@ mod collect;
 pub(crate) use agg::{CountAgg, FileResult, NagleAgg, ServerAgg};
 pub use collect::{ConnState, RTO_NS, SLOW_THINK_NS};
 
-use crate::capture::{self, Capture, Format, LinkType};
+use crate::capture::{Capture, Format, LinkType};
 use crate::filter::Filter;
 use crate::report::{self, Report};
 use crate::tcp::Tracker;
@@ -25,6 +25,8 @@ pub struct Options {
     pub ladder_rows: usize,
     /// Bytes of input analysed so far, for a progress bar (updated every few MB).
     pub progress: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// Once raised (Ctrl-C), every walk stops and the report covers what was read.
+    pub stop: Option<&'static std::sync::atomic::AtomicBool>,
 }
 
 /// Timestamps further than this from a file's first packet (~13 days) are
@@ -49,7 +51,10 @@ impl std::fmt::Display for InputError {
 
 fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Result<FileResult, InputError> {
     let err = |detail: String| InputError { file: cap.name.clone(), detail };
-    let mut packets = cap.packets().map_err(|e| err(e.to_string()))?;
+    let mut packets = cap.packets_until(opts.stop).map_err(|e| err(e.to_string()))?;
+    if let Some(p) = &opts.progress {
+        packets.count_into(p.clone());
+    }
     let mut c = Collector::new(file_tag, opts);
     let mut tracker: Tracker<ConnState> = Tracker::default();
     let (mut n, mut tcp, mut other, mut bad) = (0u64, 0u64, 0u64, 0u64);
@@ -57,21 +62,11 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
     let mut clamped = 0u64;
     let mut unsupported: Vec<(LinkType, u64)> = Vec::new();
     let mut first_bad: Option<(u64, String)> = None;
-    // Map the first window now that this file's thread has started on it.
-    cap.window(0);
-    let mut next_window = capture::WINDOW as u64;
     while let Some(p) = packets.next() {
         n += 1;
         let t0 = *first_ts.get_or_insert(p.ts_ns);
         let ts = p.ts_ns.clamp(t0.saturating_sub(TS_SPAN_NS), t0.saturating_add(TS_SPAN_NS));
         clamped += u64::from(ts != p.ts_ns);
-        if packets.offset() >= next_window {
-            cap.window(packets.offset() as usize);
-            next_window += capture::WINDOW as u64;
-            if let Some(p) = &opts.progress {
-                p.fetch_add(capture::WINDOW as u64, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
         last_ts = last_ts.max(ts);
         if !p.link.supported() {
             match unsupported.iter_mut().find(|(l, _)| *l == p.link) {
@@ -106,6 +101,20 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
     if let Some(d) = &damage {
         r.warnings.push(format!("{}: {d}; analysed the {n} packets before it", cap.name));
     }
+    if packets.stopped() {
+        r.warnings.push(format!(
+            "{}: interrupted (Ctrl-C) after {n} packets, at offset {}; the report covers those",
+            cap.name,
+            packets.offset()
+        ));
+    }
+    let skipped = packets.undeclared();
+    if let Some((k, at)) = skipped {
+        r.warnings.push(format!(
+            "{}: {k} packet blocks name an undeclared interface (first at offset {at}); skipped",
+            cap.name
+        ));
+    }
     for (l, k) in &unsupported {
         r.warnings.push(format!(
             "{}: link type {l} is not supported; skipped {k} packets (supported: Ethernet, Linux cooked SLL/SLL2, NULL/LOOP, raw IP)",
@@ -120,6 +129,14 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
     }
     if let Some((frame, what)) = &first_bad {
         r.warnings.push(format!("{}: {bad} malformed packets skipped (first: frame {frame}, {what})", cap.name));
+    }
+    if r.dropped > 0 {
+        r.warnings.push(format!(
+            "{}: more than {} server endpoints (or Nagle endpoints); {} observations of the others were left out of the findings and breakdown, to bound memory",
+            cap.name,
+            agg::MAX_ENDPOINTS,
+            r.dropped
+        ));
     }
     if r.guessed_roles > 0 {
         r.warnings.push(format!(
@@ -148,6 +165,8 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
         start_s: first_ts.unwrap_or(0) as f64 / 1e9,
         duration_ms: report::ms(last_ts - first_ts.unwrap_or(last_ts)),
         damage,
+        skipped_blocks: skipped.map_or(0, |s| s.0),
+        interrupted: packets.stopped(),
     };
     Ok(r)
 }

@@ -57,7 +57,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Analyse pcap/pcapng captures: verdict, per-connection table, time breakdown, ladder.
-    #[command(after_help = "Exit codes: 0 all input analysed; 2 bad command line; 3 no input could be read; \
+    #[command(after_help = "Regular files are mapped; `-`, FIFOs and devices are streamed (memory for the open \
+connections, not the input). Ctrl-C stops reading and prints the report of what was read.\n\n\
+Exit codes: 0 all input analysed, or stopped by Ctrl-C; 2 bad command line; 3 no input could be read; \
 4 results printed but part of the input was damaged or skipped (see WARNINGS); 6 the report could not be written \
 (standard output or --html failed; a closed pipe is not a failure).")]
     Analyze(AnalyzeArgs),
@@ -686,6 +688,7 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
     };
     let mut caps = Vec::new();
     let mut skipped = Vec::new();
+    tcpdoctor::capture::make_room_for(a.files.len());
     for f in &a.files {
         match Capture::open(f) {
             Ok(c) => caps.push(c),
@@ -695,9 +698,18 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
     if caps.is_empty() {
         return fail(exit::INPUT, skipped.join("; "));
     }
-    let total: u64 = caps.iter().map(|c| c.bytes().len() as u64).sum();
+    // Streams have no size: no bar for them.
+    let total: u64 = caps.iter().map(|c| c.len().unwrap_or(0)).sum();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let opts = Options { filter, flow: a.flow.clone(), ladder_rows: a.ladder_rows, progress: Some(done.clone()) };
+    // Ctrl-C stops the walks; the report covers what was read (a second Ctrl-C kills).
+    tcpdoctor::interrupt::catch();
+    let opts = Options {
+        filter,
+        flow: a.flow.clone(),
+        ladder_rows: a.ladder_rows,
+        progress: Some(done.clone()),
+        stop: Some(tcpdoctor::interrupt::flag()),
+    };
     let bar = analysis_bar(total, done);
     let result = analyze::analyze(&caps, &opts);
     if let Some((bar, stop)) = bar {
@@ -718,8 +730,8 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
         return fail(exit::USAGE, format!("--flow {id}: no such connection (ids are in the CONNECTIONS table)"));
     }
     output(&r, a.json);
-    let partial =
-        r.inputs.len() < a.files.len() || r.inputs.iter().any(|i| i.damage.is_some() || i.malformed_packets > 0);
+    let partial = r.inputs.len() < a.files.len()
+        || r.inputs.iter().any(|i| i.damage.is_some() || i.malformed_packets > 0 || i.skipped_blocks > 0);
     if partial {
         // One line: the first problem (file, offset, what), and how many more.
         let more = match r.warnings.len() {
@@ -728,6 +740,9 @@ fn run_analyze(a: AnalyzeArgs) -> ExitCode {
         };
         let first = r.warnings.first().map_or("part of the input was damaged", String::as_str);
         eprintln!("tcpdoctor: warning: {}{more}", report::escape::terminal(first));
+    }
+    if let Some(w) = r.warnings.iter().find(|w| w.contains(": interrupted (Ctrl-C)")) {
+        eprintln!("tcpdoctor: {}", report::escape::terminal(w));
     }
     write_html(html, || report::html::analyze(&r), if partial { exit::PARTIAL } else { exit::OK })
 }

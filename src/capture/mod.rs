@@ -1,4 +1,5 @@
-//! Packet sources: pcap and pcapng files (memory-mapped) or standard input.
+//! Packet sources: pcap and pcapng files (memory-mapped), or streams
+//! (standard input, FIFOs, devices) read through a bounded buffer.
 //!
 //! A [`Capture`] owns the bytes; [`Capture::packets`] walks them without
 //! copying. A damaged record stops the walk and is reported once through
@@ -8,12 +9,21 @@ mod link;
 pub mod live;
 mod pcap;
 mod pcapng;
+mod sigbus;
+mod source;
+mod walk;
 
 pub use link::{LinkType, Network, network_layer};
+pub(crate) use walk::{Head, Record, Step};
+pub use walk::{Packets, all_packets};
 
+use source::{Input, STREAM_BUFFER, Slice, Source, Stream};
 use std::fmt;
-use std::io::Read;
+use std::io::{Read, Seek};
+use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// One captured frame, borrowed from the capture's bytes.
 #[derive(Clone, Copy, Debug)]
@@ -74,19 +84,74 @@ impl fmt::Display for OpenError {
     }
 }
 
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-    Static(&'static [u8]),
+/// A mapped regular file. Fields drop in order: the mapping is unregistered
+/// from the SIGBUS handler before it is unmapped.
+pub(crate) struct Mapped {
+    guard: sigbus::Guard,
+    map: memmap2::Mmap,
+    /// Kept open to learn the file's size if it shrinks during the walk.
+    file: std::fs::File,
+    /// Bytes before this offset have been handed back to the kernel.
+    released: AtomicUsize,
 }
 
-/// A capture file's bytes, held for the duration of the analysis.
+impl Mapped {
+    fn new(file: std::fs::File) -> Result<Mapped, OpenError> {
+        // SAFETY: the map is read-only. If another process truncates the file, a
+        // read past the new end faults; sigbus.rs turns that fault into zero pages
+        // and a flag, which the walk checks after every record (source.rs).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| OpenError::io(format!("cannot map: {e}")))?;
+        let _ = map.advise(memmap2::Advice::Sequential);
+        let guard = sigbus::register(map.as_ptr(), map.len());
+        Ok(Mapped { guard, map, file, released: AtomicUsize::new(0) })
+    }
+
+    /// The file's size now.
+    fn size(&self) -> u64 {
+        self.file.metadata().map_or(0, |m| m.len())
+    }
+
+    /// Tells the kernel the reader is at `offset`: map the next window now, and
+    /// drop the pages more than a window behind from this process (they stay in
+    /// the page cache).
+    fn window(&self, offset: usize) {
+        let m = &self.map;
+        let ahead = WINDOW.min(m.len().saturating_sub(offset));
+        if ahead > 0 {
+            // Older kernels lack MADV_POPULATE_READ; WILLNEED still starts read-ahead.
+            if m.advise_range(memmap2::Advice::PopulateRead, offset, ahead).is_err() {
+                let _ = m.advise_range(memmap2::Advice::WillNeed, offset, ahead);
+            }
+        }
+        let page = 4096;
+        let upto = offset.saturating_sub(WINDOW) / page * page;
+        let from = self.released.load(Ordering::Relaxed);
+        if upto > from {
+            // SAFETY: the walk is past these bytes and no slice into them is kept
+            // (packets are decoded and dropped in order). For a read-only private
+            // file mapping, DONTNEED only drops our page-table entries: a later
+            // access would read the same file bytes again.
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, upto - from) };
+            self.released.store(upto, Ordering::Relaxed);
+        }
+    }
+}
+
+enum Bytes {
+    Mapped(Mapped),
+    Owned(Vec<u8>),
+    Static(&'static [u8]),
+    /// Read once, as the walk goes; `None` once a walk has taken it.
+    Stream(Mutex<Option<Input>>, usize),
+}
+
+/// A capture's bytes, held for the duration of the analysis: a regular file is
+/// memory-mapped; standard input, FIFOs and devices are streamed through a
+/// bounded buffer as the walk goes.
 pub struct Capture {
     /// Name used in messages (the path, or `-` for stdin).
     pub name: String,
     bytes: Bytes,
-    /// Mapped bytes before this offset have been handed back to the kernel.
-    released: std::sync::atomic::AtomicUsize,
 }
 
 /// Read-ahead / release window for mapped files: keeps resident memory at a
@@ -104,180 +169,106 @@ pub enum Format {
 }
 
 impl Capture {
-    /// Memory-maps a file (`-` reads standard input to its end).
+    /// Opens a capture: a regular file is mapped, anything else (`-` for
+    /// standard input, a FIFO, a device) is streamed.
     pub fn open(path: &Path) -> Result<Capture, OpenError> {
         let name = path.display().to_string();
-        if name == "-" {
-            let mut buf = Vec::new();
-            std::io::stdin()
-                .lock()
-                .read_to_end(&mut buf)
+        let (file, stdin) = if name == "-" {
+            let fd = std::io::stdin()
+                .as_fd()
+                .try_clone_to_owned()
                 .map_err(|e| OpenError::io(format!("cannot read standard input: {e}")))?;
-            return Ok(Capture { name, bytes: Bytes::Owned(buf), released: Default::default() });
-        }
-        let file = std::fs::File::open(path).map_err(|e| OpenError::io(format!("cannot open: {e}")))?;
+            (std::fs::File::from(fd), true)
+        } else {
+            (std::fs::File::open(path).map_err(|e| OpenError::io(format!("cannot open: {e}")))?, false)
+        };
         let meta = file.metadata().map_err(|e| OpenError::io(e.to_string()))?;
         if meta.is_dir() {
             return Err(OpenError::io("is a directory, not a capture file"));
         }
-        let bytes = if meta.is_file() {
-            if meta.len() == 0 {
-                Bytes::Owned(Vec::new())
-            } else {
-                // SAFETY: the map is read-only; a file truncated under us by another
-                // process would fault, as with any mmap-based reader (tcpdump -r, tshark).
-                let map =
-                    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| OpenError::io(format!("cannot map: {e}")))?;
-                #[cfg(unix)]
-                let _ = map.advise(memmap2::Advice::Sequential);
-                Bytes::Mapped(map)
-            }
+        // Standard input redirected from a file is mapped too, if it is read from the start.
+        let at_start = || !stdin || (&file).stream_position().is_ok_and(|p| p == 0);
+        let bytes = if meta.is_file() && at_start() {
+            if meta.len() == 0 { Bytes::Owned(Vec::new()) } else { Bytes::Mapped(Mapped::new(file)?) }
         } else {
-            // FIFOs and character devices (e.g. /dev/stdin, process substitution).
-            let mut buf = Vec::new();
-            let mut f = file;
-            f.read_to_end(&mut buf).map_err(|e| OpenError::io(e.to_string()))?;
-            Bytes::Owned(buf)
+            Bytes::Stream(Mutex::new(Some(Input::File(file))), STREAM_BUFFER)
         };
-        Ok(Capture { name, bytes, released: Default::default() })
+        Ok(Capture { name, bytes })
     }
 
     /// Wraps bytes already in memory (bundled captures, tests, fuzzing).
     pub fn from_bytes(name: &str, bytes: Vec<u8>) -> Capture {
-        Capture { name: name.to_string(), bytes: Bytes::Owned(bytes), released: Default::default() }
+        Capture { name: name.to_string(), bytes: Bytes::Owned(bytes) }
     }
 
     /// Wraps bytes compiled into the binary.
     pub fn from_static(name: &str, bytes: &'static [u8]) -> Capture {
-        Capture { name: name.to_string(), bytes: Bytes::Static(bytes), released: Default::default() }
+        Capture { name: name.to_string(), bytes: Bytes::Static(bytes) }
     }
 
-    /// The raw bytes.
-    pub fn bytes(&self) -> &[u8] {
+    /// Streams from a reader, as standard input is (tests, fuzzing).
+    pub fn from_reader(name: &str, reader: impl Read + Send + 'static) -> Capture {
+        Capture::from_reader_buffered(name, reader, STREAM_BUFFER)
+    }
+
+    /// Like [`Capture::from_reader`], with a buffer that starts at `size` bytes
+    /// (tests and fuzzing use tiny ones, so records straddle every refill).
+    pub fn from_reader_buffered(name: &str, reader: impl Read + Send + 'static, size: usize) -> Capture {
+        let input = Mutex::new(Some(Input::Reader(Box::new(reader))));
+        Capture { name: name.to_string(), bytes: Bytes::Stream(input, size) }
+    }
+
+    /// The size in bytes; `None` for a stream, whose size is known only at its end.
+    pub fn len(&self) -> Option<u64> {
         match &self.bytes {
-            Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
-            Bytes::Static(s) => s,
+            Bytes::Mapped(m) => Some(m.map.len() as u64),
+            Bytes::Owned(v) => Some(v.len() as u64),
+            Bytes::Static(s) => Some(s.len() as u64),
+            Bytes::Stream(..) => None,
         }
     }
 
-    /// Tells the kernel the reader is at `offset` of a mapped file: map the
-    /// next window now, and drop the pages more than a window behind from this
-    /// process (they stay in the page cache). A no-op for bytes in memory.
-    pub fn window(&self, offset: usize) {
-        let Bytes::Mapped(m) = &self.bytes else {
-            return;
-        };
-        let ahead = WINDOW.min(m.len().saturating_sub(offset));
-        if ahead > 0 {
-            // Older kernels lack MADV_POPULATE_READ; WILLNEED still starts read-ahead.
-            if m.advise_range(memmap2::Advice::PopulateRead, offset, ahead).is_err() {
-                let _ = m.advise_range(memmap2::Advice::WillNeed, offset, ahead);
-            }
-        }
-        let page = 4096;
-        let upto = offset.saturating_sub(WINDOW) / page * page;
-        let from = self.released.load(std::sync::atomic::Ordering::Relaxed);
-        if upto > from {
-            // SAFETY: the walk is past these bytes and no slice into them is kept
-            // (packets are decoded and dropped in order). For a read-only private
-            // file mapping, DONTNEED only drops our page-table entries: a later
-            // access would read the same file bytes again.
-            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, upto - from) };
-            self.released.store(upto, std::sync::atomic::Ordering::Relaxed);
-        }
+    /// Whether the capture is known to hold no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == Some(0)
     }
 
-    /// Recognises the format and starts walking the packets.
+    /// Recognises the format and starts walking the packets. A stream can be
+    /// walked once.
     pub fn packets(&self) -> Result<Packets<'_>, OpenError> {
-        Packets::new(self.bytes())
+        self.packets_until(None)
     }
-}
 
-/// Iterator over the packets of a capture. Stops at the first damaged record;
-/// [`Packets::damage`] then says where and why.
-pub struct Packets<'a> {
-    inner: Inner<'a>,
-    frame: u64,
-    damage: Option<Damage>,
-}
-
-enum Inner<'a> {
-    Pcap(pcap::Reader<'a>),
-    PcapNg(pcapng::Reader<'a>),
-}
-
-/// What a format reader yields for one record.
-pub(crate) enum Record<'a> {
-    Packet {
-        ts_ns: i64,
-        link: LinkType,
-        data: &'a [u8],
-        orig_len: u32,
-    },
-    /// A block that carries no packet (interface description, statistics…).
-    Skip,
-}
-
-impl<'a> Packets<'a> {
-    /// Recognises pcap or pcapng by magic number.
-    pub fn new(bytes: &'a [u8]) -> Result<Packets<'a>, OpenError> {
-        if bytes.is_empty() {
-            return Err(OpenError::at(0, "empty file (no capture header)"));
-        }
-        let inner = match format_of(bytes) {
-            Some(Format::Pcap) => Inner::Pcap(pcap::Reader::new(bytes)?),
-            Some(Format::PcapNg) => Inner::PcapNg(pcapng::Reader::new(bytes)?),
-            None => {
-                let n = bytes.len().min(4);
-                return Err(OpenError::at(
-                    0,
-                    format!(
-                        "not a pcap or pcapng file (magic {}); write captures with `tcpdump -w` or `tshark -w`",
-                        hex(&bytes[..n])
-                    ),
-                ));
+    /// Like [`Capture::packets`]; the walk ends early, as if the input ended,
+    /// once `stop` is raised (a wait for a stream's bytes notices it within 0.1 s).
+    pub fn packets_until(&self, stop: Option<&'static AtomicBool>) -> Result<Packets<'_>, OpenError> {
+        match &self.bytes {
+            Bytes::Mapped(m) => Packets::start(Source::Slice(Slice::new(&m.map, Some(m))), stop),
+            Bytes::Owned(v) => Packets::start(Source::Slice(Slice::new(v, None)), stop),
+            Bytes::Static(s) => Packets::start(Source::Slice(Slice::new(s, None)), stop),
+            Bytes::Stream(input, size) => {
+                let input = input.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let input = input.ok_or_else(|| OpenError::io("was already read (a stream can be read once)"))?;
+                Packets::start(Source::Stream(Stream::new(input, *size)), stop)
             }
-        };
-        Ok(Packets { inner, frame: 0, damage: None })
-    }
-
-    /// The container format.
-    pub fn format(&self) -> Format {
-        match self.inner {
-            Inner::Pcap(_) => Format::Pcap,
-            Inner::PcapNg(_) => Format::PcapNg,
         }
-    }
-
-    /// Byte offset of the next record.
-    pub fn offset(&self) -> u64 {
-        match &self.inner {
-            Inner::Pcap(r) => r.offset(),
-            Inner::PcapNg(r) => r.offset(),
-        }
-    }
-
-    /// Where reading stopped early, if it did.
-    pub fn damage(&self) -> Option<&Damage> {
-        self.damage.as_ref()
     }
 }
 
-impl<'a> Iterator for Packets<'a> {
-    type Item = Packet<'a>;
-
-    #[inline]
-    fn next(&mut self) -> Option<Packet<'a>> {
-        loop {
-            let rec = match &mut self.inner {
-                Inner::Pcap(r) => r.next(&mut self.damage)?,
-                Inner::PcapNg(r) => r.next(&mut self.damage)?,
-            };
-            if let Record::Packet { ts_ns, link, data, orig_len } = rec {
-                self.frame += 1;
-                return Some(Packet { frame: self.frame, ts_ns, link, data, orig_len });
-            }
+/// A mapped file stays open (its size is asked again if it shrinks during the
+/// walk): raises the soft open-files limit toward the hard one so that `files`
+/// of them, and a few more, fit. Beyond the hard limit, opening says so.
+pub fn make_room_for(files: usize) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a live rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        let want = (files as u64).saturating_add(64).min(lim.rlim_max);
+        if want > lim.rlim_cur {
+            lim.rlim_cur = want;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
 }

@@ -76,6 +76,10 @@ pub struct Input {
     pub duration_ms: f64,
     /// Where the file stopped being readable, if it did.
     pub damage: Option<String>,
+    /// pcapng packet blocks skipped because they name an undeclared interface.
+    pub skipped_blocks: u64,
+    /// The analysis was stopped (Ctrl-C) before the input's end.
+    pub interrupted: bool,
 }
 
 /// "ip:port" and the role it plays.

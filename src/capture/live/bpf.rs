@@ -467,7 +467,8 @@ mod tests {
                     continue;
                 }
                 let cap = Capture::open(&p).unwrap();
-                for pkt in cap.packets().unwrap() {
+                let mut packets = cap.packets().unwrap();
+                while let Some(pkt) = packets.next() {
                     let name = format!("{} frame {}", p.display(), pkt.frame);
                     out.push(as_seen(pkt.link, pkt.data, name));
                 }
