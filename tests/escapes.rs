@@ -15,10 +15,12 @@ const ESCAPES: &str = "x\x1b]0;TITLE\x07\x1b[2J\rnginx";
 /// What HTTP parsers accept as header bytes: C1 CSI (U+009B, 0xC2 0x9B) and a bidi override.
 const C1_BIDI: &str = "x\u{9b}2J\u{202e}xnign";
 
-/// The lab's write-write-read server (Nagle on) answering with `server` as its Server header.
+/// The lab's write-write-read server (Nagle on) answering with `server` as
+/// its Server header, run by user nobody: the attacker is a local user.
 fn server(port: u16, server: &str) -> Proc {
-    let mut c = Command::new("/usr/bin/python3");
-    c.arg(common::data("lab/wwr_server.py"))
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"])
+        .arg(common::data("lab/wwr_server.py"))
         .args(["--port", &port.to_string(), "--max-seconds", "60", "--server", server])
         .stdout(Stdio::null());
     let mut p = Proc(c.spawn().unwrap());
@@ -55,7 +57,7 @@ fn run(mut c: Command) -> String {
 
 #[test]
 fn a_hostile_server_header_is_shown_escaped_by_analyze_and_watch() {
-    if !require_root() || !require("python3") {
+    if !require_root() || !require("python3") || !require("setpriv") {
         return;
     }
     let port = free_port();
@@ -98,7 +100,7 @@ fn a_hostile_server_header_is_shown_escaped_by_analyze_and_watch() {
 
 #[test]
 fn diagnose_and_inspect_show_c1_bidi_and_command_lines_escaped() {
-    if !require_root() || !require("python3") {
+    if !require_root() || !require("python3") || !require("setpriv") {
         return;
     }
     let port = free_port();

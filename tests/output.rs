@@ -32,12 +32,26 @@ fn only_line(stderr: &str, needles: &[&str]) {
     }
 }
 
-/// A file with `text` and a symlink `name` → it, in `dir`.
+/// Root's file (`name`.victim, in `dir`, out of nobody's reach) and, in a
+/// directory of user nobody's, a symlink `name` → it that nobody planted:
+/// the attack on a root tool writing to a path a local user controls.
 fn planted(dir: &Path, name: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let victim = dir.join(format!("{name}.victim"));
     std::fs::write(&victim, text).unwrap();
-    let link = dir.join(name);
-    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    // nobody may pass through `dir` (but write nothing in it) to reach its own directory.
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let theirs = dir.join("nobody");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let link = theirs.join(name);
+    let ok = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "ln", "-s"])
+        .arg(&victim)
+        .arg(&link)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "nobody could not plant {}", link.display());
+    assert_eq!(std::fs::symlink_metadata(&link).unwrap().uid(), 65534);
     (victim, link)
 }
 
@@ -57,6 +71,9 @@ fn a_failed_analyze_leaves_the_old_html_report_as_it_was() {
 
 #[test]
 fn html_reports_replace_a_planted_symlink_instead_of_following_it() {
+    if !require_root() || !require("setpriv") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let (victim, link) = planted(dir.path(), "r.html", "root's file");
     let out = tcpdoctor().args(["analyze", "--html"]).arg(&link).arg(data("wwr_nagle.pcap")).output().unwrap();
@@ -71,7 +88,7 @@ fn html_reports_replace_a_planted_symlink_instead_of_following_it() {
 
 #[test]
 fn capture_files_appear_whole_when_the_capture_ends() {
-    if !require_root() {
+    if !require_root() || !require("setpriv") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -106,7 +123,7 @@ fn capture_files_appear_whole_when_the_capture_ends() {
     assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert!(v["inputs"][0]["packets"].as_u64().unwrap() >= 9, "{}", v["inputs"][0]);
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary file left");
+    assert_eq!(std::fs::read_dir(link.parent().unwrap()).unwrap().count(), 1, "no temporary file left");
 }
 
 #[test]
