@@ -65,11 +65,16 @@ Exit codes: 0 all input analysed, or stopped by Ctrl-C; 2 bad command line; 3 no
     Analyze(AnalyzeArgs),
     /// HTTP/1.1 load like wrk (same flags and layout), plus time to first byte, read gaps and client knobs.
     #[command(after_help = "Exit codes: 0 the run completed and measured responses (errors are counted in the \
-report); 2 bad command line: a URL that cannot be used as written (syntax, https, port 0), -c/-t/-R of 0, a -H \
-without a colon or with a bad name, a bad --method, a --body-file over 64 MiB; 3 the run could not start (host \
-that does not resolve, unreadable --body-file, too few open files); 5 nothing was measured: no connection could \
+report); 2 bad command line: a URL that cannot be used as written (syntax, port 0), -c/-t/-R of 0, a -H \
+without a colon or with a bad name, a bad --method, a --body-file over 64 MiB, a --cacert with no PEM \
+certificate; 3 the run could not start (host that does not resolve, unreadable --body-file or --cacert, too few \
+open files, no CA certificate in the system's store) or the server's TLS certificate was refused (expired, \
+unknown issuer, wrong name: one line says which); 5 nothing was measured: no connection could \
 be made (the first connect error says why), or none got a complete response (the report is printed, then one line \
 says why); 6 the results could not be written (standard output or --html).\n\n\
+https:// URLs speak TLS 1.3 or 1.2 (rustls), SNI from the host name, ALPN http/1.1; the certificate is checked \
+against the system's CA store unless --cacert or -k. Handshake times, resumed sessions, version and cipher suite \
+are reported.\n\n\
 Latency is measured from writing the request to the response's last byte (with -R, from when the request \
 was due). Ctrl-C stops the run and prints what was measured.")]
     Bench(BenchArgs),
@@ -128,8 +133,10 @@ missing. Step 5 also traces the server's reads and writes with ptrace for 0.5 s 
 which slows the requests it serves meanwhile.
 
 Exit codes: 0 no latency problem found (with --verify/--before: the fix worked); 1 a cause was found (with \
---verify/--before: not fixed); 2 bad command line: a URL that cannot be used as written (syntax, https, port 0), \
--i naming no interface, a --before file that is not a `diagnose --json` record or is over 64 MiB; 3 unknown host; \
+--verify/--before: not fixed); 2 bad command line: a URL that cannot be used as written (syntax, port 0), \
+-i naming no interface, a --before file that is not a `diagnose --json` record or is over 64 MiB, a --cacert with \
+no PEM certificate; 3 unknown host, unreadable --cacert, or the server's TLS certificate refused (one line says \
+why: expired, unknown issuer, wrong name); \
 5 the server did not answer HTTP (verdict closed, no_response or unreachable), or a step the verdict needs \
 measured nothing (one line says which step and why, and there is no verdict); 6 the results could not be written \
 (standard output or --html).")]
@@ -200,6 +207,35 @@ struct DiagnoseArgs {
     /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// How an https server's certificate is checked (bench, diagnose).
+#[derive(clap::Args)]
+struct TlsArgs {
+    /// https: accept any certificate (still encrypted, but the server is not checked), like curl -k.
+    #[arg(short = 'k', long)]
+    insecure: bool,
+    /// https: trust only the CA certificates in this PEM file (at most 4 MiB), not the system's store.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    cacert: Option<PathBuf>,
+}
+
+/// The largest `--cacert`: Debian's whole CA bundle is about 200 KB.
+const MAX_CACERT: u64 = 4 << 20;
+
+impl TlsArgs {
+    fn trust(&self) -> Result<tcpdoctor::measure::tls::Trust, ExitCode> {
+        use tcpdoctor::measure::tls::{Trust, parse_pem};
+        if self.insecure {
+            return Ok(Trust::Insecure);
+        }
+        let Some(f) = &self.cacert else { return Ok(Trust::System) };
+        let why = "a CA bundle is a few hundred KB";
+        let pem = read_option_file("--cacert", f, MAX_CACERT, exit::INPUT, why)?;
+        parse_pem(&pem).map(Trust::Roots).map_err(|e| fail(exit::USAGE, format!("--cacert {}: {e}", f.display())))
+    }
 }
 
 #[derive(clap::Args)]
@@ -295,6 +331,8 @@ struct BenchArgs {
     /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 #[derive(clap::Args)]
@@ -473,6 +511,10 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         },
         (None, None) => Vec::new(),
     };
+    let trust = match a.tls.trust() {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
     let o = bench::Options {
         url: a.url,
         threads: a.threads,
@@ -487,6 +529,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         nodelay: a.nodelay == "on",
         quickack: a.quickack,
         split_writes: a.split_writes,
+        trust,
     };
     let html = match html_file(&a.html) {
         Ok(h) => h,
@@ -512,7 +555,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
             }
         }
         Err(e @ bench::BenchError::Usage(_)) => fail(exit::USAGE, e),
-        Err(e @ bench::BenchError::Start(_)) => fail(exit::INPUT, e),
+        Err(e @ (bench::BenchError::Start(_) | bench::BenchError::Certificate(_))) => fail(exit::INPUT, e),
         Err(bench::BenchError::NotMeasured(why)) => fail(exit::NOT_MEASURED, format!("nothing measured: {why}")),
     }
 }
@@ -862,7 +905,7 @@ fn run_trace(a: TraceArgs) -> ExitCode {
     finish_measure(result, json, report::trace::render_summary, |r| r.reached)
 }
 
-fn diagnose_options(a: &DiagnoseArgs) -> diagnose::Options {
+fn diagnose_options(a: &DiagnoseArgs, trust: tcpdoctor::measure::tls::Trust) -> diagnose::Options {
     diagnose::Options {
         url: a.url.clone(),
         connections: a.connections as usize,
@@ -871,6 +914,7 @@ fn diagnose_options(a: &DiagnoseArgs) -> diagnose::Options {
         capture: !a.no_capture,
         interface: a.interface.clone(),
         inspect: !a.no_inspect,
+        trust,
         ..diagnose::Options::default()
     }
 }
@@ -880,7 +924,7 @@ fn diagnose_failed(e: diagnose::DiagnoseError) -> ExitCode {
     use diagnose::DiagnoseError as E;
     let code = match e {
         E::Usage(_) => exit::USAGE,
-        E::Resolve(_) => exit::INPUT,
+        E::Resolve(_) | E::Certificate(_) => exit::INPUT,
         E::NotMeasured(_) => exit::NOT_MEASURED,
     };
     fail(code, e)
@@ -915,7 +959,10 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
         Err(code) => return code,
     };
     tcpdoctor::interrupt::catch();
-    let o = diagnose_options(&a);
+    let o = match a.tls.trust() {
+        Ok(t) => diagnose_options(&a, t),
+        Err(code) => return code,
+    };
     let json = a.json;
     let mut say = |line: &str| {
         if !json {

@@ -35,6 +35,8 @@ pub struct Facts<'a> {
     pub process: Option<&'a ServerStep>,
     /// `Server:` header.
     pub server_header: Option<&'a str>,
+    /// The URL is https: responses travel as TLS records.
+    pub tls: bool,
 }
 
 /// A read gap this long inside one response is a held segment, not transfer.

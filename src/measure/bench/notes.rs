@@ -27,10 +27,11 @@ pub(super) fn notes(cfg: &Config, s: &Stats) -> Vec<String> {
         if gap_share >= CLUSTER_SHARE {
             n.push_str(&format!(
                 " In {}% the first bytes came at once and the rest {:.0} ms later (largest read gap p50): \
-the server writes its response in pieces with Nagle on, and the last piece waits for this client's delayed ACK. \
+the server writes its response in pieces{} with Nagle on, and the last piece waits for this client's delayed ACK. \
 Fix: TCP_NODELAY on the server (nginx: `tcp_nodelay on;`); confirm with `--quickack`, which should remove the stall.",
                 pct(gap_share),
-                s.gap.quantile_ms(0.5)
+                s.gap.quantile_ms(0.5),
+                if cfg.tls.is_some() { " (separate TLS records)" } else { "" }
             ));
         } else if cfg.split_writes && !cfg.nodelay {
             n.push_str(
