@@ -144,7 +144,9 @@ measured nothing (one line says which step and why, and there is no verdict); 6 
     /// Start reproduction servers on 127.0.0.1 and print their URLs (Ctrl-C stops them).
     #[command(after_help = "Servers: (a) nagle: keep-alive, header then body in two writes, Nagle on; (b) nodelay: \
 the same with TCP_NODELAY; (c) think: 45 ms think time, then one write; with --nginx, Debian's nginx with \
-tcp_nodelay off and on.
+tcp_nodelay off and on; nagle-tls and nodelay-tls: (a) and (b) over HTTPS (header and body as two TLS records), \
+with a certificate made at start for localhost, 127.0.0.1 and ::1, written to a new directory (printed; give it \
+to --cacert, or use -k) and removed when lab stops.
 
 Exit codes: 0 stopped by Ctrl-C or --duration; 2 bad command line; 3 a server could not start (nginx missing, \
 no free port).")]
@@ -161,7 +163,7 @@ address without --metrics-public; 3 no such interface, or the --metrics address 
 (no CAP_NET_RAW, interface down, a socket call failed); 6 standard output failed (without --metrics, watch \
 ends when nobody reads its lines; with it, it goes on).")]
     Watch(WatchArgs),
-    /// The main job on built-in lab servers: diagnose (a) Nagle, (b) TCP_NODELAY, (c) think time, then verify the fix.
+    /// The main job on built-in lab servers: diagnose (a) Nagle, (b) TCP_NODELAY, (c) think time, (d) Nagle over HTTPS, then verify the fix.
     #[command(after_help = "--offline analyses the real nginx captures bundled in the binary instead (no traffic).")]
     Demo {
         /// Print JSON instead of text.
@@ -249,8 +251,8 @@ struct LabArgs {
     /// Stop by itself after this long (default: until Ctrl-C).
     #[arg(short = 'd', long, value_parser = parse_run_length)]
     duration: Option<Duration>,
-    /// Listen on PORT, PORT+1, … in the order listed (default: free ports).
-    #[arg(short = 'p', long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..=65530))]
+    /// Listen on PORT, PORT+1, … (nagle, nodelay, think, the two nginx, nagle-tls, nodelay-tls; default: free ports).
+    #[arg(short = 'p', long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..=65528))]
     port: Option<u16>,
     /// Print the servers as JSON.
     #[arg(long)]
@@ -1036,10 +1038,28 @@ fn run_lab(a: LabArgs) -> ExitCode {
             Err(e) => return fail(exit::INPUT, format!("cannot start the {} lab server on {bind}: {e}", m.name())),
         }
     }
-    let mut rows: Vec<serde_json::Value> = servers
-        .iter()
-        .map(|s| serde_json::json!({"name": s.mode().name(), "url": s.url(), "what": s.mode().describe()}))
-        .collect();
+    // HTTPS twins of (a) and (b), after the nginx ports, with a certificate made now.
+    let cert = match tcpdoctor::lab::tls::Cert::generate().and_then(|c| c.write_pem().map(|f| (c, f))) {
+        Ok(c) => c,
+        Err(e) => return fail(exit::INPUT, format!("https lab servers: {e}")),
+    };
+    for (i, m) in [(5, Mode::Nagle), (6, Mode::NoDelay)] {
+        let bind = std::net::SocketAddr::from(([127, 0, 0, 1], port(i)));
+        match Server::start_tls(m, bind, &cert.0) {
+            Ok(s) => servers.push(s),
+            Err(e) => return fail(exit::INPUT, format!("cannot start the {}-tls lab server on {bind}: {e}", m.name())),
+        }
+    }
+    let cacert = cert.1.1.display().to_string();
+    let row = |s: &Server| {
+        let mut r = serde_json::json!({"name": s.name(), "url": s.url(), "what": s.describe()});
+        if s.url().starts_with("https") {
+            r["cacert"] = cacert.clone().into();
+        }
+        r
+    };
+    let (plain, https): (Vec<&Server>, Vec<&Server>) = servers.iter().partition(|s| !s.url().starts_with("https"));
+    let mut rows: Vec<serde_json::Value> = plain.into_iter().map(row).collect();
     let mut nginxes = Vec::new();
     if a.nginx {
         for (i, on) in [(3, false), (4, true)] {
@@ -1057,19 +1077,22 @@ fn run_lab(a: LabArgs) -> ExitCode {
             }
         }
     }
+    rows.extend(https.into_iter().map(row));
     if a.json {
         print_json(&rows);
     } else {
         for r in &rows {
             print(&format!(
-                "{:<18} {:<24} {}\n",
+                "{:<18} {:<25} {}\n",
                 r["name"].as_str().unwrap_or(""),
                 r["url"].as_str().unwrap_or(""),
                 r["what"].as_str().unwrap_or("")
             ));
         }
         let until = a.duration.map_or("Ctrl-C".to_string(), |d| format!("{:.0} s or Ctrl-C", d.as_secs_f64()));
+        print(&format!("https certificate (made now, for localhost, 127.0.0.1, ::1): {cacert}\n"));
         print(&format!("serving until {until}; try: tcpdoctor diagnose {}\n", servers[0].url()));
+        print(&format!("                      or: tcpdoctor diagnose --cacert {cacert} {}\n", servers[3].url()));
     }
     let deadline = a.duration.map(|d| std::time::Instant::now() + d);
     while !tcpdoctor::interrupt::requested() && deadline.is_none_or(|t| std::time::Instant::now() < t) {
