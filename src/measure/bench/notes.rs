@@ -96,6 +96,9 @@ pub(super) fn nothing_measured(cfg: &Config, s: &Stats, interrupted: bool) -> Op
     let conns = if accepted == 1 { "1 connection".to_string() } else { format!("{accepted} connections") };
     let head = format!("the server at {} accepted {conns} but", cfg.addr);
     let first = |i: usize| s.first_errors[i].as_deref().unwrap_or("unknown");
+    if cfg.tls.is_some() && s.handshakes == 0 && e.connect > 0 {
+        return Some(format!("{head} no TLS handshake completed ({} failed): {}", e.connect, first(0)));
+    }
     let most = e.timeout.max(e.read).max(e.write).max(e.malformed);
     Some(match most {
         0 => format!(

@@ -256,7 +256,7 @@ impl<'a> Worker<'a> {
             }
             c.state = State::Handshaking;
             c.phase_start = now;
-            return self.handshake(i, now);
+            return self.handshake(i);
         }
         self.ready(i, now)
     }
@@ -271,7 +271,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Moves the TLS handshake on; when it completes, counts it and sends.
-    fn handshake(&mut self, i: usize, now: Instant) -> Step {
+    fn handshake(&mut self, i: usize) -> Step {
         let c = &mut self.conns[i];
         let Some(conn) = c.tls.as_deref_mut() else { return Step::Reconnect(Duration::ZERO) };
         match tls::handshake(conn, c.fd) {
@@ -296,13 +296,15 @@ impl<'a> Worker<'a> {
             }
         }
         let st = &mut self.stats;
-        st.handshake.record((now - c.phase_start).as_nanos() as i64);
+        // Read the clock again: the server's flight may have come within this very call.
+        let done = Instant::now();
+        st.handshake.record((done - c.phase_start).as_nanos() as i64);
         st.handshakes += 1;
         st.resumed += u64::from(resumed(conn));
         if st.negotiated.is_none() {
             st.negotiated = Some(Negotiated::of(conn));
         }
-        self.ready(i, now)
+        self.ready(i, done)
     }
 
     /// Starts writing a request.
@@ -380,7 +382,7 @@ impl<'a> Worker<'a> {
                     s
                 }
             }
-            State::Handshaking => self.handshake(i, now),
+            State::Handshaking => self.handshake(i),
             State::Reading | State::Idle => self.read(i, now, flags),
             State::Closed => Step::Continue,
         };
