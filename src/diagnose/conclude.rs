@@ -172,7 +172,7 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
     let sw = f.software();
     let who = if sw == Software::Other { String::new() } else { format!(" ({})", sw.name()) };
     let (pieces, piece) = match f.tls {
-        true => ("as two or more TLS records (the header, then the body)", "record"),
+        true => ("as two or more TLS records", "record"),
         false => ("in pieces", "piece"),
     };
     Some(Verdict {
