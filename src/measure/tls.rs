@@ -166,7 +166,12 @@ pub fn describe(e: &rustls::Error, host: &str) -> String {
             C::UnknownIssuer => "unknown issuer: it is not signed by a CA this host trusts (self-signed?)".to_string(),
             C::NotValidForName => format!("wrong name: it is not for {host}"),
             C::NotValidForNameContext { presented, .. } => {
-                format!("wrong name: it is for {}, not {host}", presented.join(", "))
+                // webpki says `DnsName("a.test")`; the name alone reads better.
+                let names: Vec<&str> = presented
+                    .iter()
+                    .map(|p| p.strip_prefix("DnsName(\"").and_then(|p| p.strip_suffix("\")")).unwrap_or(p))
+                    .collect();
+                format!("wrong name: it is for {}, not {host}", names.join(", "))
             }
             C::Revoked => "revoked".to_string(),
             C::BadSignature => "bad signature".to_string(),
@@ -265,7 +270,7 @@ mod tests {
             }),
             "a.test",
         );
-        assert!(d.contains("wrong name") && d.contains("not a.test"), "{d}");
+        assert!(d.contains("wrong name: it is for b.test, not a.test"), "{d}");
         assert!(is_certificate(&c(CertificateError::Expired)));
         assert!(!is_certificate(&rustls::Error::NoApplicationProtocol));
     }
