@@ -7,8 +7,6 @@
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::BufRead;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tcpdoctor::measure::bench;
@@ -67,19 +65,7 @@ fn per_request(url: &str) -> f64 {
 
 #[test]
 fn allocations_per_keepalive_request_plain_and_tls() {
-    let mut c = common::tcpdoctor().args(["lab", "--json", "-d", "60s"]).stdout(Stdio::piped()).spawn().unwrap();
-    let out = c.stdout.take().unwrap();
-    let _lab = common::Proc(c);
-    let mut json = String::new();
-    for line in std::io::BufReader::new(out).lines() {
-        let line = line.unwrap();
-        let end = line == "]";
-        json.push_str(&line);
-        if end {
-            break;
-        }
-    }
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let (_lab, rows) = common::lab_rows(&[]);
     let url = |name: &str| rows.iter().find(|r| r["name"] == name).unwrap()["url"].as_str().unwrap().to_string();
     // Plain HTTP: nothing per request.
     assert!(per_request(&url("nodelay")) < 0.01);

@@ -8,7 +8,6 @@ mod common;
 
 use common::{Proc, free_port, tmpdir, wait_listening};
 use serde_json::Value;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -134,20 +133,8 @@ fn assert_healthy(code: i32, v: &Value) {
 
 /// `lab --json`: the process, the nagle-tls and nodelay-tls URLs, the certificate file.
 fn lab() -> (Proc, String, String, String) {
-    let mut c = common::tcpdoctor().args(["lab", "--json", "-d", "300s"]).stdout(Stdio::piped()).spawn().unwrap();
-    let out = c.stdout.take().unwrap();
-    let p = Proc(c);
-    let mut json = String::new();
-    for line in std::io::BufReader::new(out).lines() {
-        let line = line.unwrap();
-        let end = line == "]";
-        json.push_str(&line);
-        if end {
-            break;
-        }
-    }
-    let rows: Vec<Value> = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
-    let row = |name: &str| rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no {name}: {json}"));
+    let (p, rows) = common::lab_rows(&[]);
+    let row = |name: &str| rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no {name}: {rows:?}"));
     let url = |name: &str| row(name)["url"].as_str().unwrap().to_string();
     let cacert = row("nagle-tls")["cacert"].as_str().unwrap().to_string();
     (p, url("nagle-tls"), url("nodelay-tls"), cacert)
