@@ -6,7 +6,7 @@ use super::agg::{FileResult, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, S
 use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
 use crate::report::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
 use crate::tcp::table::Totals;
-use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, Side, Sink};
+use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, RolesDoubt, Side, Sink};
 use crate::wire::{Endpoint, Segment};
 use rustc_hash::FxHashMap;
 
@@ -279,13 +279,35 @@ impl Sink<ConnState> for Collector<'_> {
         }
     }
 
+    /// Before a swap the detectors saw only events without payload, or one
+    /// direction's first message: they start over; the rows are kept, turned round.
+    fn swapped(&mut self, _info: &ConnInfo, state: &mut ConnState) {
+        state.det = Detectors::default();
+        let st = &mut state.acc;
+        st.stalls.swap(0, 1);
+        st.server_slot = None;
+        for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
+            for r in rows.iter_mut() {
+                r.from = r.from.other();
+            }
+        }
+    }
+
     fn close(&mut self, info: &ConnInfo, state: ConnState, totals: &Totals) {
         let ConnState { mut det, acc: mut st } = state;
         det.finish(totals.last_ts, &mut |o| self.observe(info, &mut st, o));
+        let id = self.conn_id(info.id);
         if info.roles == RoleSource::LowerPort {
             self.r.guessed_roles += 1;
         }
-        let id = self.conn_id(info.id);
+        if let Some(doubt) = info.roles_doubt {
+            let (count, first, frame) = match doubt {
+                RolesDoubt::Corrected(f) => (&mut self.r.roles_corrected.0, &mut self.r.roles_corrected.1, f),
+                RolesDoubt::Contradicted(f) => (&mut self.r.roles_contradicted.0, &mut self.r.roles_contradicted.1, f),
+            };
+            *count += 1;
+            first.get_or_insert((id.clone(), frame));
+        }
         if let Some(slot) = self.server_slot(info, &mut st) {
             let server = &mut self.slots[slot].1;
             if server.software.is_none() {
@@ -327,14 +349,12 @@ impl Sink<ConnState> for Collector<'_> {
             (Some(a), Some(b)) => Some(report::ms(a + b)),
             _ => None,
         };
+        let [rtt_to_client_ms, rtt_to_server_ms] = info.rtt_to.map(|r| r.map(report::ms));
         self.r.conns.push(report::Connection {
             id,
             client: info.client.to_string(),
             server: info.server.to_string(),
-            roles_from: match info.roles {
-                RoleSource::Handshake => "handshake",
-                RoleSource::LowerPort => "lower_port",
-            },
+            roles_from: info.roles.name(),
             packets: totals.packets,
             bytes_to_server: totals.bytes[0],
             bytes_to_client: totals.bytes[1],
@@ -343,6 +363,9 @@ impl Sink<ConnState> for Collector<'_> {
             retransmissions: st.retrans,
             time_lost_ms: report::ms(st.lost_ns),
             rtt_ms: rtt,
+            capture_point: info.capture_point().name(),
+            rtt_to_client_ms,
+            rtt_to_server_ms,
             first_frame: totals.first_frame,
             duration_ms: report::ms(totals.last_ts - totals.first_ts),
         });

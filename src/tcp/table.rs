@@ -1,7 +1,8 @@
 //! The connection table.
 
-use super::half::Half;
-use super::{ConnId, ConnInfo, Event, EventKind, RoleSource, Side};
+use super::half::{Half, Sample};
+use super::roles::{Ephemeral, Roles, sender_of};
+use super::{ConnId, ConnInfo, Event, EventKind, RoleSource, RolesDoubt, Side};
 use crate::wire::{Endpoint, Segment};
 use rustc_hash::FxHashMap;
 
@@ -18,6 +19,15 @@ pub trait Sink<T> {
     fn event(&mut self, info: &ConnInfo, state: &mut T, ev: &Event, seg: &Segment<'_>);
     /// The connection ended (closed, idle, or end of capture).
     fn close(&mut self, info: &ConnInfo, state: T, totals: &Totals);
+    /// The tracker swapped the connection's client and server (`info` has
+    /// the new roles): `state` saw its events so far in the old ones. A sink
+    /// that keeps them must turn them round; by default `state` starts afresh.
+    fn swapped(&mut self, _info: &ConnInfo, state: &mut T)
+    where
+        T: Default,
+    {
+        *state = T::default();
+    }
 }
 
 /// Counters kept for every connection.
@@ -35,12 +45,25 @@ pub struct Totals {
     pub first_frame: u64,
 }
 
+/// How far a handshake-less connection's roles are settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settle {
+    /// From the handshake, or both directions' first payloads were seen.
+    Done,
+    /// No payload yet: a first judgement from endpoints and ports.
+    Open,
+    /// Decided on the first payload, sent by this endpoint; the other
+    /// direction's first payload may still confirm or correct it.
+    Once(Endpoint),
+}
+
 struct Conn<T> {
     info: ConnInfo,
     half: [Half; 2],
     state: T,
     totals: Totals,
     closed: bool,
+    settle: Settle,
 }
 
 /// Both endpoints as integers (IPv4 mapped into IPv6), lower end first:
@@ -78,6 +101,7 @@ pub struct Tracker<T> {
     idle_ns: i64,
     max_conns: usize,
     evicted: u64,
+    roles: Roles,
 }
 
 impl<T: Default> Default for Tracker<T> {
@@ -98,7 +122,15 @@ impl<T: Default> Tracker<T> {
             idle_ns: idle_ns.max(1),
             max_conns: max_conns.max(1),
             evicted: 0,
+            roles: Roles::new(Ephemeral::host()),
         }
+    }
+
+    /// The same tracker, taking ports in `e` as clients' (the default is
+    /// [`Ephemeral::host`]).
+    pub fn ephemeral(mut self, e: Ephemeral) -> Self {
+        self.roles = Roles::new(e);
+        self
     }
 
     /// Connections held now.
@@ -158,7 +190,7 @@ impl<T: Default> Tracker<T> {
                 (c.closed || h.fin) && h.isn != Some(seg.seq)
             };
             if !reused {
-                step(c, seg, sink);
+                step(c, seg, sink, &mut self.roles);
                 return;
             }
             if let Some(old) = self.map.remove(&k) {
@@ -170,8 +202,9 @@ impl<T: Default> Tracker<T> {
         }
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        let conn = self.map.entry(k).or_insert(new_conn(id, seg));
-        step(conn, seg, sink);
+        self.roles.met(seg.src, seg.dst);
+        let conn = self.map.entry(k).or_insert(new_conn(id, seg, &self.roles));
+        step(conn, seg, sink, &mut self.roles);
     }
 
     /// Finishes every connection still open (end of capture), in id order.
@@ -201,28 +234,118 @@ impl<T: Default> Tracker<T> {
     }
 }
 
-fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>) -> Conn<T> {
-    let (client, server, roles) = if seg.flags.syn() {
-        if seg.flags.ack() {
-            (seg.dst, seg.src, RoleSource::Handshake)
-        } else {
-            (seg.src, seg.dst, RoleSource::Handshake)
-        }
-    } else if seg.src.port < seg.dst.port {
-        (seg.dst, seg.src, RoleSource::LowerPort)
+fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>, roles: &Roles) -> Conn<T> {
+    let (server, roles, settle) = if seg.flags.syn() {
+        (if seg.flags.ack() { seg.src } else { seg.dst }, RoleSource::Handshake, Settle::Done)
     } else {
-        (seg.src, seg.dst, RoleSource::LowerPort)
+        let (server, basis) = roles.judge(seg.src, seg.dst);
+        (server, basis, Settle::Open)
     };
+    let client = if server == seg.src { seg.dst } else { seg.src };
     Conn {
-        info: ConnInfo { id, client, server, roles, mss: [None; 2], rtt_to: [None; 2] },
+        info: ConnInfo {
+            id,
+            client,
+            server,
+            roles,
+            roles_open: settle == Settle::Open,
+            roles_doubt: None,
+            mss: [None; 2],
+            rtt_to: [None; 2],
+        },
         half: [Half::default(), Half::default()],
         state: T::default(),
         totals: Totals { first_ts: seg.ts_ns, first_frame: seg.frame, ..Totals::default() },
         closed: false,
+        settle,
     }
 }
 
-fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
+impl<T: Default> Conn<T> {
+    /// Makes `server` the server on `basis`, swapping every per-side record
+    /// (and telling the sink) when it was the client.
+    fn set_roles<S: Sink<T>>(&mut self, server: Endpoint, basis: RoleSource, sink: &mut S) {
+        self.info.roles = basis;
+        if server == self.info.server {
+            return;
+        }
+        let i = &mut self.info;
+        std::mem::swap(&mut i.client, &mut i.server);
+        i.mss.swap(0, 1);
+        i.rtt_to.swap(0, 1);
+        self.half.swap(0, 1);
+        self.totals.bytes.swap(0, 1);
+        sink.swapped(&self.info, &mut self.state);
+    }
+}
+
+/// Settles a handshake-less connection's roles on a SYN or on a direction's
+/// first payload (see `Settle`), before the segment's event is made.
+fn settle<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S, roles: &mut Roles) {
+    if seg.flags.syn() {
+        // A handshake seen late (a re-sent SYN-ACK) still names the roles.
+        let server = if seg.flags.ack() { seg.src } else { seg.dst };
+        c.set_roles(server, RoleSource::Handshake, sink);
+        c.settle = Settle::Done;
+        c.info.roles_open = false;
+        return;
+    }
+    let first = match c.settle {
+        Settle::Once(e) if e == seg.src => return, // the same direction again
+        Settle::Once(_) => false,
+        _ => true,
+    };
+    let (server, basis) = match sender_of(seg.payload) {
+        Some(Side::Client) => (seg.dst, RoleSource::Content),
+        Some(Side::Server) => (seg.src, RoleSource::Content),
+        None => roles.judge(seg.src, seg.dst),
+    };
+    if first {
+        c.set_roles(server, basis, sink);
+        c.settle = Settle::Once(seg.src);
+        c.info.roles_open = false;
+    } else {
+        // The other direction speaks: stronger evidence confirms or corrects,
+        // content against content is a contradiction, weaker is ignored.
+        let stronger = (basis as u8) < (c.info.roles as u8);
+        if server == c.info.server {
+            if stronger {
+                c.info.roles = basis;
+            }
+        } else if stronger {
+            c.set_roles(server, basis, sink);
+            c.info.roles_doubt = Some(RolesDoubt::Corrected(seg.frame));
+        } else if basis == RoleSource::Content && c.info.roles == RoleSource::Content {
+            c.info.roles_doubt = Some(RolesDoubt::Contradicted(seg.frame));
+        }
+        c.settle = Settle::Done;
+    }
+    if c.info.roles == RoleSource::Content {
+        roles.server(c.info.server);
+    }
+}
+
+/// Whether an ACK's RTT sample is free of the ACKer's delayed-ACK timer:
+/// a handshake, an ACK riding on data or a FIN (sent when the application
+/// wrote, not by the timer), an ACK of more than one segment's worth (Linux
+/// ACKs at once then: more than `rcv_mss`, which is the largest segment
+/// received but at least 536 bytes), or one too quick to hold any timer.
+/// Otherwise the first samples of a connection without a handshake would be
+/// its delayed ACKs, the round trip to the ACKer would read ~40 ms too long,
+/// and the ACKs of a Nagle stall would no longer look late.
+fn prompt(s: &Sample, seg: &Segment<'_>, max_len: u32) -> bool {
+    const RCV_MSS_MIN: u32 = 536;
+    s.syn
+        || seg.len > 0
+        || seg.flags.fin()
+        || s.bytes > i64::from(max_len.max(RCV_MSS_MIN))
+        || s.ns < crate::detect::nagle::LATE_NS
+}
+
+fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S, roles: &mut Roles) {
+    if c.settle != Settle::Done && (seg.len > 0 || seg.flags.syn()) {
+        settle(c, seg, sink, roles);
+    }
     let from = if seg.src == c.info.client { Side::Client } else { Side::Server };
     let (me, peer) = {
         let [a, b] = &mut c.half;
@@ -237,9 +360,10 @@ fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
     let ack = if f.ack() { peer.rel_ack(seg.ack) } else { None };
     if let Some(a) = ack
         && let Some(sample) = peer.acked(a, seg.ts_ns)
+        && prompt(&sample, seg, peer.max_len)
     {
         let slot = &mut c.info.rtt_to[from.idx()];
-        *slot = Some(slot.map_or(sample, |s| s.min(sample)));
+        *slot = Some(slot.map_or(sample.ns, |s| s.min(sample.ns)));
     }
     let scale = match (me.wscale, peer.wscale) {
         (Some(s), Some(_)) if !f.syn() => s,
@@ -257,6 +381,9 @@ fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
         return;
     }
     if f.syn() {
+        if f.ack() {
+            roles.server(seg.src);
+        }
         me.wscale = seg.options.wscale;
         me.mss = seg.options.mss;
         me.timestamps = seg.options.timestamps.is_some();
@@ -331,6 +458,60 @@ mod tests {
             assert_eq!(info.mss, [Some(want), Some(want)], "client ts {client_ts}, server ts {server_ts}");
             assert_eq!((info.client.port, info.roles), (40000, RoleSource::Handshake));
         }
+    }
+
+    /// Round trips to [client, server] after each segment.
+    #[derive(Default)]
+    struct Rtts(Vec<[Option<i64>; 2]>);
+
+    impl Sink<()> for Rtts {
+        fn event(&mut self, info: &ConnInfo, _: &mut (), _: &Event, _: &Segment<'_>) {
+            self.0.push(info.rtt_to);
+        }
+        fn close(&mut self, _: &ConnInfo, _: (), _: &Totals) {}
+    }
+
+    #[test]
+    fn delayed_acks_do_not_make_the_round_trip() {
+        // No handshake; captured at the server (port 8080), 10 ms from the client.
+        let (c, s) =
+            (Endpoint { ip: [10, 0, 0, 2].into(), port: 40000 }, Endpoint { ip: [10, 0, 0, 1].into(), port: 8080 });
+        const MS: i64 = 1_000_000;
+        let mut t: Tracker<()> = Tracker::default();
+        let mut sink = Rtts::default();
+        let mut at = |ms: i64, from_server: bool, seq: u32, ack: u32, len: u32| {
+            let (src, dst) = if from_server { (s, c) } else { (c, s) };
+            let flags = Flags(Flags::ACK | if len > 0 { Flags::PSH } else { 0 });
+            let seg = Segment {
+                frame: 0,
+                ts_ns: ms,
+                src,
+                dst,
+                seq,
+                ack,
+                flags,
+                window: 1000,
+                len,
+                options: TcpOptions::default(),
+                payload: &[],
+            };
+            t.segment(&seg, &mut sink);
+            *sink.0.last().unwrap()
+        };
+        at(0, false, 1, 5001, 80); // a request
+        at(MS / 20, true, 5001, 81, 100); // a small response segment
+        // The client's delayed ACK, 42 ms timer + 10 ms: no round trip from it.
+        assert_eq!(at(52 * MS, false, 81, 5101, 0), [None, Some(MS / 20)]);
+        at(52 * MS + MS / 50, true, 5101, 81, 600);
+        // The next request carries the ACK of the rest: sent when the client wrote, not by a timer.
+        assert_eq!(at(62 * MS + MS / 50, false, 81, 5701, 80)[0], Some(10 * MS));
+        // Two full segments are ACKed at once: 9.5 ms.
+        at(63 * MS, true, 5701, 161, 1448);
+        at(63 * MS, true, 7149, 161, 1448);
+        assert_eq!(at(72 * MS + MS / 2, false, 161, 8597, 0)[0], Some(9 * MS + MS / 2));
+        // One small segment ACKed quickly (quick-ACK mode, say): too quick to hold a timer.
+        at(80 * MS, true, 8597, 161, 100);
+        assert_eq!(at(89 * MS, false, 161, 8697, 0)[0], Some(9 * MS));
     }
 
     #[derive(Default)]
