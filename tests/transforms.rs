@@ -137,6 +137,30 @@ fn without_payload_the_ephemeral_port_tells_the_roles_then_the_lower_port_guesse
 }
 
 #[test]
+fn a_mid_stream_capture_without_payload_takes_the_roles_from_the_shared_server_endpoint() {
+    // Server port 61000, client ports 20000-30000, neither in an ephemeral
+    // range here: only the endpoint the four connections share tells.
+    let mut p = read("midstream_port61000.pcap");
+    strip_payload(&mut p);
+    let r = p.analyze();
+    let n = nagle(&r);
+    assert_eq!(n.len(), 1, "{:#?}", r.findings);
+    assert_eq!((n[0].nagle_side.endpoint.as_str(), n[0].nagle_side.role), ("10.99.0.1:61000", "server"));
+    assert_eq!((n[0].delayed_ack_side.host.as_str(), n[0].delayed_ack_side.role), ("10.99.0.2", "client"));
+    assert!(n[0].stalls >= 86, "{}", n[0].stalls);
+    for c in &r.connections {
+        assert_eq!((c.server.as_str(), c.roles_from), ("10.99.0.1:61000", "shared_endpoint"), "{c:?}");
+    }
+    // The first connection's first data came before any other connection:
+    // guessed wrong by port, corrected once the others showed the server.
+    assert!(
+        r.warnings.iter().any(|w| w.contains("swapped by later evidence (first: connection 1,")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
 fn capture_started_mid_connection_on_the_client_side_still_finds_the_server() {
     // Keep only the second half: the first frame seen is mid-stream.
     let mut p = read("post_split_client.pcap");

@@ -49,9 +49,9 @@ impl<const N: usize> Kept<N> {
 }
 
 /// Endpoints (or endpoint and side) each per-file map keeps aggregates for.
-/// Each costs one or two histograms (13 KiB each), so a stream of endless
+/// Each costs one to three histograms (13 KiB each), so a stream of endless
 /// distinct servers, or of client-side Nagle stalls from endless client ports,
-/// stays within ~50 MiB in all; observations of further endpoints are counted
+/// stays within ~60 MiB in all; observations of further endpoints are counted
 /// and dropped.
 pub(crate) const MAX_ENDPOINTS: usize = 512;
 

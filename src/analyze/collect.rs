@@ -48,6 +48,8 @@ struct Acc {
     flow: Option<Vec<Row>>,
     flow_truncated: bool,
     flow_checked: bool,
+    /// Its roles were swapped after something had been observed in the old ones.
+    swapped_late: bool,
 }
 
 pub(super) struct Collector<'o> {
@@ -284,9 +286,11 @@ impl Sink<ConnState> for Collector<'_> {
     fn swapped(&mut self, _info: &ConnInfo, state: &mut ConnState) {
         state.det = Detectors::default();
         let st = &mut state.acc;
+        st.swapped_late |= st.exchanges > 0 || st.stalls != [0, 0] || st.retrans > 0 || st.lost_ns > 0;
         st.stalls.swap(0, 1);
         st.server_slot = None;
-        for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
+        let kept = st.stalled.iter_mut().map(|w| &mut w.1).chain(st.slowest.as_mut().map(|w| &mut w.0));
+        for rows in [&mut st.cur].into_iter().chain(st.flow.as_mut()).chain(kept) {
             for r in rows.iter_mut() {
                 r.from = r.from.other();
             }
@@ -300,11 +304,13 @@ impl Sink<ConnState> for Collector<'_> {
         if info.roles == RoleSource::LowerPort {
             self.r.guessed_roles += 1;
         }
-        if let Some(doubt) = info.roles_doubt {
-            let (count, first, frame) = match doubt {
-                RolesDoubt::Corrected(f) => (&mut self.r.roles_corrected.0, &mut self.r.roles_corrected.1, f),
-                RolesDoubt::Contradicted(f) => (&mut self.r.roles_contradicted.0, &mut self.r.roles_contradicted.1, f),
-            };
+        // A swap before anything was observed changed nothing that is reported.
+        let doubt = match info.roles_doubt {
+            Some(RolesDoubt::Corrected(f)) if st.swapped_late => Some((&mut self.r.roles_corrected, f)),
+            Some(RolesDoubt::Contradicted(f)) => Some((&mut self.r.roles_contradicted, f)),
+            _ => None,
+        };
+        if let Some(((count, first), frame)) = doubt {
             *count += 1;
             first.get_or_insert((id.clone(), frame));
         }

@@ -146,7 +146,7 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
     }
     if let (n, Some((id, frame))) = &r.roles_corrected {
         r.warnings.push(format!(
-            "{}: {n} connections started before the capture had their client and server swapped when the other side first sent data (first: connection {id}, frame {frame}); what came before was analysed with the roles the other way round",
+            "{}: {n} connections started before the capture had their client and server swapped by later evidence (first: connection {id}, frame {frame}); what was found before the swap was counted with the roles the other way round",
             cap.name
         ));
     }

@@ -101,8 +101,9 @@ pub struct ConnInfo {
     pub server: Endpoint,
     /// How the roles were decided.
     pub roles: RoleSource,
-    /// No handshake and no payload yet: the roles are a first judgement
-    /// that the connection's first payload may still swap.
+    /// Later packets may still swap the roles: no handshake and no payload
+    /// yet, or only evidence weaker than content that the other direction's
+    /// first payload (or, for a guess, the next few) may overturn.
     pub roles_open: bool,
     /// Later evidence that disagreed with the roles, if any.
     pub roles_doubt: Option<RolesDoubt>,

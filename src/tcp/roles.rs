@@ -280,8 +280,11 @@ mod tests {
         Tracker::default().ephemeral(e)
     }
 
+    const OTHER: (u8, u16) = (3, 20002);
     const ACK: u8 = Flags::ACK;
     const PSH: u8 = Flags::ACK | Flags::PSH;
+    const SYN: u8 = Flags::SYN;
+    const SYNACK: u8 = Flags::SYN | Flags::ACK;
     const BODY: &[u8] = b"<html>body bytes</html>";
     const STATUS: &[u8] = b"HTTP/1.1 200 OK\r\n";
     const GET: &[u8] = b"GET / HTTP/1.1\r\n";
@@ -299,6 +302,7 @@ mod tests {
         );
         let (first, ..) = &log.events[0];
         assert!(first.roles_open);
+        assert!(!log.events[1].0.roles_open, "content settles them");
         assert_eq!((first.server, first.roles), (ep(2, 20001), RoleSource::LowerPort));
         let (info, ev, seen) = &log.events[1];
         assert_eq!(
@@ -335,6 +339,29 @@ mod tests {
     }
 
     #[test]
+    fn a_guess_looks_again_at_later_data_and_yields_to_a_server_found_meanwhile() {
+        let log = feed(
+            &mut tracker(Ephemeral::with(None)),
+            &[
+                // Nothing to read in either direction's first data: the lower port, a guess.
+                (SERVER, CLIENT, PSH, 9000, 500, BODY),
+                (CLIENT, SERVER, PSH, 500, 9023, BODY),
+                // Another client connects: the server answers its SYN.
+                (OTHER, SERVER, SYN, 100, 0, b""),
+                (SERVER, OTHER, SYNACK, 7000, 101, b""),
+                (SERVER, CLIENT, PSH, 9023, 523, BODY),
+            ],
+        );
+        let open: Vec<bool> = log.events.iter().filter(|e| e.0.id == 1).map(|e| e.0.roles_open).collect();
+        assert_eq!(open, [true, true, false], "a guess stays open until evidence comes");
+        let c = log.closed.iter().find(|c| c.id == 1).unwrap();
+        assert_eq!(
+            (c.server, c.roles, c.roles_doubt),
+            (ep(1, 61000), RoleSource::SharedEndpoint, Some(RolesDoubt::Corrected(5)))
+        );
+    }
+
+    #[test]
     fn content_against_content_is_a_contradiction_and_keeps_the_roles() {
         let log = feed(
             &mut tracker(Ephemeral::with(None)),
@@ -349,14 +376,11 @@ mod tests {
 
     #[test]
     fn a_server_seen_answering_a_syn_names_it_on_connections_without_one() {
-        const SYN: u8 = Flags::SYN;
-        const SYNACK: u8 = Flags::SYN | Flags::ACK;
-        let other = (3, 20002);
         let log = feed(
             &mut tracker(Ephemeral::with(None)),
             &[
-                (other, SERVER, SYN, 100, 0, b""),
-                (SERVER, other, SYNACK, 7000, 101, b""),
+                (OTHER, SERVER, SYN, 100, 0, b""),
+                (SERVER, OTHER, SYNACK, 7000, 101, b""),
                 // Another client's connection, already running: a body, nothing to read in it.
                 (SERVER, CLIENT, PSH, 9000, 500, BODY),
             ],

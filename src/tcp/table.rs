@@ -1,10 +1,13 @@
 //! The connection table.
 
+mod settle;
+
 use super::half::{Half, Sample};
-use super::roles::{Ephemeral, Roles, sender_of};
-use super::{ConnId, ConnInfo, Event, EventKind, RoleSource, RolesDoubt, Side};
+use super::roles::{Ephemeral, Roles};
+use super::{ConnId, ConnInfo, Event, EventKind, RoleSource, Side};
 use crate::wire::{Endpoint, Segment};
 use rustc_hash::FxHashMap;
+use settle::{Settle, settle};
 
 /// Closed connections stay this long to absorb late retransmitted FINs/ACKs.
 const LINGER_NS: i64 = 2_000_000_000;
@@ -43,18 +46,6 @@ pub struct Totals {
     pub last_ts: i64,
     /// Frame of the first packet.
     pub first_frame: u64,
-}
-
-/// How far a handshake-less connection's roles are settled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Settle {
-    /// From the handshake, or both directions' first payloads were seen.
-    Done,
-    /// No payload yet: a first judgement from endpoints and ports.
-    Open,
-    /// Decided on the first payload, sent by this endpoint; the other
-    /// direction's first payload may still confirm or correct it.
-    Once(Endpoint),
 }
 
 struct Conn<T> {
@@ -258,70 +249,6 @@ fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>, roles: &Roles) -> Conn<T>
         totals: Totals { first_ts: seg.ts_ns, first_frame: seg.frame, ..Totals::default() },
         closed: false,
         settle,
-    }
-}
-
-impl<T: Default> Conn<T> {
-    /// Makes `server` the server on `basis`, swapping every per-side record
-    /// (and telling the sink) when it was the client.
-    fn set_roles<S: Sink<T>>(&mut self, server: Endpoint, basis: RoleSource, sink: &mut S) {
-        self.info.roles = basis;
-        if server == self.info.server {
-            return;
-        }
-        let i = &mut self.info;
-        std::mem::swap(&mut i.client, &mut i.server);
-        i.mss.swap(0, 1);
-        i.rtt_to.swap(0, 1);
-        self.half.swap(0, 1);
-        self.totals.bytes.swap(0, 1);
-        sink.swapped(&self.info, &mut self.state);
-    }
-}
-
-/// Settles a handshake-less connection's roles on a SYN or on a direction's
-/// first payload (see `Settle`), before the segment's event is made.
-fn settle<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S, roles: &mut Roles) {
-    if seg.flags.syn() {
-        // A handshake seen late (a re-sent SYN-ACK) still names the roles.
-        let server = if seg.flags.ack() { seg.src } else { seg.dst };
-        c.set_roles(server, RoleSource::Handshake, sink);
-        c.settle = Settle::Done;
-        c.info.roles_open = false;
-        return;
-    }
-    let first = match c.settle {
-        Settle::Once(e) if e == seg.src => return, // the same direction again
-        Settle::Once(_) => false,
-        _ => true,
-    };
-    let (server, basis) = match sender_of(seg.payload) {
-        Some(Side::Client) => (seg.dst, RoleSource::Content),
-        Some(Side::Server) => (seg.src, RoleSource::Content),
-        None => roles.judge(seg.src, seg.dst),
-    };
-    if first {
-        c.set_roles(server, basis, sink);
-        c.settle = Settle::Once(seg.src);
-        c.info.roles_open = false;
-    } else {
-        // The other direction speaks: stronger evidence confirms or corrects,
-        // content against content is a contradiction, weaker is ignored.
-        let stronger = (basis as u8) < (c.info.roles as u8);
-        if server == c.info.server {
-            if stronger {
-                c.info.roles = basis;
-            }
-        } else if stronger {
-            c.set_roles(server, basis, sink);
-            c.info.roles_doubt = Some(RolesDoubt::Corrected(seg.frame));
-        } else if basis == RoleSource::Content && c.info.roles == RoleSource::Content {
-            c.info.roles_doubt = Some(RolesDoubt::Contradicted(seg.frame));
-        }
-        c.settle = Settle::Done;
-    }
-    if c.info.roles == RoleSource::Content {
-        roles.server(c.info.server);
     }
 }
 

@@ -467,8 +467,9 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
 impl Sink<Box<ConnState>> for WatchSink {
     fn event(&mut self, info: &ConnInfo, st: &mut Box<ConnState>, ev: &Event, seg: &Segment<'_>) {
         if info.roles_open {
-            // A connection from before the start that has sent no data yet: its
-            // roles may still swap, and a slot named after a client would stay.
+            // A connection from before the start whose roles may still swap:
+            // a slot named after its client would stay. Soon settled (its
+            // first data each way), or a guess looked at for a few segments.
             return;
         }
         let slot = match st.slot {
