@@ -278,8 +278,9 @@ mod tests {
     #[test]
     fn the_timer_is_named_from_the_ackers_delay_not_from_what_the_capture_point_saw() {
         let mut a = NagleAgg::default();
+        let path = 80_000_000;
         for i in 0..5 {
-            let (timer, path) = (42_000_000 + i * 100_000, 80_000_000);
+            let timer = 42_000_000 + i * 100_000;
             let s = Stall {
                 nagle: Side::Server,
                 small_frame: 1,
@@ -287,11 +288,12 @@ mod tests {
                 held_frame: 3,
                 ack_delay_ns: timer,
                 ack_seen_ns: timer + path,
-                rtt_to: [Some(path), Some(30_000)],
                 stall_ns: timer + path,
             };
             a.add([10, 0, 0, 2].into(), &s);
         }
+        a.add_rtt([Some(path), Some(30_000)], 3);
+        a.add_rtt([Some(path), None], 2);
         let ep = Endpoint { ip: [10, 0, 0, 1].into(), port: 61000 };
         let f = nagle_finding(ep, &a, 5, None);
         assert!(f.ack_timer.starts_with("Linux"), "{}", f.ack_timer);
@@ -305,7 +307,6 @@ mod tests {
             held_frame: 3,
             ack_delay_ns: 1,
             ack_seen_ns: 1,
-            rtt_to: [None; 2],
             stall_ns: 1,
         };
         a.add([10, 0, 0, 2].into(), &s);

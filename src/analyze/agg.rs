@@ -78,8 +78,8 @@ pub(crate) struct NagleAgg {
     /// The ACKer's own delay (round trip removed), and as seen at the capture point.
     pub(crate) acks: Dist,
     pub(crate) seen: Dist,
-    /// Round trips from the capture point to [client, server] summed over
-    /// the stalls where they were measured, and how many those were.
+    /// Round trips from the capture point to [client, server] of its stalled
+    /// connections (as measured by their end), weighted by their stalls.
     pub(crate) rtt_sum: [i64; 2],
     pub(crate) rtt_n: [u64; 2],
     pub(crate) lost_ns: i64,
@@ -160,12 +160,6 @@ impl NagleAgg {
         self.stalls.record(s.stall_ns);
         self.acks.record(s.ack_delay_ns);
         self.seen.record(s.ack_seen_ns);
-        for (i, rtt) in s.rtt_to.iter().enumerate() {
-            if let Some(r) = rtt {
-                self.rtt_sum[i] = self.rtt_sum[i].saturating_add(*r);
-                self.rtt_n[i] += 1;
-            }
-        }
         self.lost_ns = self.lost_ns.saturating_add(s.stall_ns);
         push_example(&mut self.examples, &[s.small_frame, s.ack_frame, s.held_frame], 3);
     }
@@ -174,6 +168,17 @@ impl NagleAgg {
 impl NagleAgg {
     fn majority(&self) -> Side {
         if self.votes[Side::Client.idx()] > self.votes[Side::Server.idx()] { Side::Client } else { Side::Server }
+    }
+
+    /// Adds a connection that stalled `stalls` times, with its round trips
+    /// from the capture point to [client, server].
+    pub(crate) fn add_rtt(&mut self, rtt_to: [Option<i64>; 2], stalls: u64) {
+        for (i, rtt) in rtt_to.iter().enumerate() {
+            if let Some(r) = rtt {
+                self.rtt_sum[i] = self.rtt_sum[i].saturating_add(r.saturating_mul(stalls as i64));
+                self.rtt_n[i] += stalls;
+            }
+        }
     }
 
     /// Mean round trip from the capture point to `side` over the stalls, ns.

@@ -326,6 +326,7 @@ impl Sink<ConnState> for Collector<'_> {
             {
                 a.exchanges += st.exchanges;
                 a.connections += 1;
+                a.add_rtt(info.rtt_to, st.stalls[side.idx()]);
             }
         }
         let dur = crate::report::text::dur;

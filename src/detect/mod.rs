@@ -28,8 +28,6 @@ pub struct Stall {
     pub ack_delay_ns: i64,
     /// Small segment → its ACK, as seen at the capture point, ns.
     pub ack_seen_ns: i64,
-    /// Round trips from the capture point to [client, server] at the time, ns.
-    pub rtt_to: [Option<i64>; 2],
     /// Small segment → held segment: the time the held bytes lost, ns.
     pub stall_ns: i64,
 }

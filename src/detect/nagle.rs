@@ -72,7 +72,6 @@ impl Nagle {
                             held_frame: ev.frame,
                             ack_delay_ns: l.delay,
                             ack_seen_ns: l.seen,
-                            rtt_to: info.rtt_to,
                             stall_ns: ev.ts_ns - s.ts,
                         })
                     }
@@ -190,7 +189,6 @@ mod tests {
         let got = stalls(&info, &s);
         assert_eq!(got.len(), 1, "near server {near_server}, path {path}");
         assert_eq!(got[0].ack_seen_ns, ack);
-        assert_eq!(got[0].rtt_to, info.rtt_to);
         (got[0].ack_seen_ns, got[0].ack_delay_ns)
     }
 

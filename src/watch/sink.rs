@@ -529,6 +529,7 @@ impl Sink<Box<ConnState>> for WatchSink {
             && let Some(a) = self.agg.nagle.get_mut(&info.server)
         {
             a.connections += 1;
+            a.add_rtt(info.rtt_to, u64::from(c.1));
         }
     }
 }
