@@ -219,9 +219,10 @@ pub struct NagleFinding {
     /// Where the capture was taken (see [`Connection::capture_point`]), from
     /// the round trips below.
     pub capture_point: &'static str,
-    /// Round trip from the capture point to the client, ms (mean over the stalls).
+    /// Round trip from the capture point to the client, ms (its stalled
+    /// connections', mean weighted by their stalls).
     pub rtt_to_client_ms: Option<f64>,
-    /// Round trip from the capture point to the server, ms (mean over the stalls).
+    /// Round trip from the capture point to the server, ms (likewise).
     pub rtt_to_server_ms: Option<f64>,
     /// Sum of stall times.
     pub time_lost_ms: f64,
