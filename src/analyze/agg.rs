@@ -131,8 +131,8 @@ pub(crate) struct FileResult {
     pub(crate) conns: Vec<report::Connection>,
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
-    /// Connections whose roles were corrected, or contradicted, by later
-    /// content, and the first of each (connection id, frame).
+    /// Connections whose roles were swapped by later evidence after something
+    /// was observed, or contradicted by content; the first of each (connection id, frame).
     pub(crate) roles_corrected: (u64, Option<(String, u64)>),
     pub(crate) roles_contradicted: (u64, Option<(String, u64)>),
     /// Ladders of the worst stalled exchanges, at most [`STALLED_PER_CONN`] per connection.
@@ -163,9 +163,7 @@ impl NagleAgg {
         self.lost_ns = self.lost_ns.saturating_add(s.stall_ns);
         push_example(&mut self.examples, &[s.small_frame, s.ack_frame, s.held_frame], 3);
     }
-}
 
-impl NagleAgg {
     fn majority(&self) -> Side {
         if self.votes[Side::Client.idx()] > self.votes[Side::Server.idx()] { Side::Client } else { Side::Server }
     }

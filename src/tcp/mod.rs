@@ -81,9 +81,9 @@ impl RoleSource {
 /// Later evidence about a connection's roles that did not match the first decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RolesDoubt {
-    /// The other direction's first payload held stronger evidence and the
-    /// roles were swapped at this frame; what was observed before it was
-    /// observed in the old roles.
+    /// Later data (the other direction's first payload, or one a guess
+    /// looked at) held stronger evidence and the roles were swapped at this
+    /// frame; what was observed before it was observed in the old roles.
     Corrected(u64),
     /// Content contradicted roles that content had decided (say, both
     /// directions began with a request line), at this frame; the roles were kept.

@@ -400,45 +400,35 @@ mod tests {
 
     #[test]
     fn delayed_acks_do_not_make_the_round_trip() {
-        // No handshake; captured at the server (port 8080), 10 ms from the client.
+        // No handshake; captured at the server (port 8080), 80 ms from the client.
         let (c, s) =
             (Endpoint { ip: [10, 0, 0, 2].into(), port: 40000 }, Endpoint { ip: [10, 0, 0, 1].into(), port: 8080 });
+        const US: i64 = 1_000;
         const MS: i64 = 1_000_000;
         let mut t: Tracker<()> = Tracker::default();
         let mut sink = Rtts::default();
-        let mut at = |ms: i64, from_server: bool, seq: u32, ack: u32, len: u32| {
+        let mut at = |ts_ns: i64, from_server: bool, seq: u32, ack: u32, len: u32| {
             let (src, dst) = if from_server { (s, c) } else { (c, s) };
             let flags = Flags(Flags::ACK | if len > 0 { Flags::PSH } else { 0 });
-            let seg = Segment {
-                frame: 0,
-                ts_ns: ms,
-                src,
-                dst,
-                seq,
-                ack,
-                flags,
-                window: 1000,
-                len,
-                options: TcpOptions::default(),
-                payload: &[],
-            };
+            let options = TcpOptions::default();
+            let seg = Segment { frame: 0, ts_ns, src, dst, seq, ack, flags, window: 1000, len, options, payload: &[] };
             t.segment(&seg, &mut sink);
             *sink.0.last().unwrap()
         };
         at(0, false, 1, 5001, 80); // a request
-        at(MS / 20, true, 5001, 81, 100); // a small response segment
-        // The client's delayed ACK, 42 ms timer + 10 ms: no round trip from it.
-        assert_eq!(at(52 * MS, false, 81, 5101, 0), [None, Some(MS / 20)]);
-        at(52 * MS + MS / 50, true, 5101, 81, 600);
-        // The next request carries the ACK of the rest: sent when the client wrote, not by a timer.
-        assert_eq!(at(62 * MS + MS / 50, false, 81, 5701, 80)[0], Some(10 * MS));
-        // Two full segments are ACKed at once: 9.5 ms.
-        at(63 * MS, true, 5701, 161, 1448);
-        at(63 * MS, true, 7149, 161, 1448);
-        assert_eq!(at(72 * MS + MS / 2, false, 161, 8597, 0)[0], Some(9 * MS + MS / 2));
-        // One small segment ACKed quickly (quick-ACK mode, say): too quick to hold a timer.
-        at(80 * MS, true, 8597, 161, 100);
-        assert_eq!(at(89 * MS, false, 161, 8697, 0)[0], Some(9 * MS));
+        assert_eq!(at(50 * US, true, 5001, 81, 100), [None, Some(50 * US)], "a response: sent when the server wrote");
+        // The client's delayed ACK, 42 ms timer + 80 ms: no round trip from it.
+        assert_eq!(at(122 * MS, false, 81, 5101, 0)[0], None);
+        at(122 * MS + 20 * US, true, 5101, 81, 600);
+        // The next request carries the ACK of the rest: sent when the client wrote.
+        assert_eq!(at(202 * MS + 520 * US, false, 81, 5701, 80)[0], Some(80 * MS + 500 * US));
+        // Two full segments: Linux ACKs them at once.
+        at(203 * MS, true, 5701, 161, 1448);
+        at(203 * MS, true, 7149, 161, 1448);
+        assert_eq!(at(283 * MS, false, 161, 8597, 0)[0], Some(80 * MS));
+        // One small segment ACKed 79 ms later: a quick ACK or a timer, who knows; left out.
+        at(300 * MS, true, 8597, 161, 100);
+        assert_eq!(at(379 * MS, false, 161, 8697, 0)[0], Some(80 * MS));
     }
 
     #[derive(Default)]
