@@ -7,8 +7,15 @@
 //!   application latency that must not be blamed on Nagle.
 //!
 //! [`nginx`] starts Debian's nginx with generated configs beside them.
+//! [`link`] puts a real round trip between two network namespaces (or a
+//! namespace and the host): TAP devices ([`tap`]) joined by the delay
+//! [`bridge`], in namespaces made by [`netns`].
 
+pub mod bridge;
+pub mod link;
+pub mod netns;
 pub mod nginx;
+pub mod tap;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
