@@ -286,3 +286,135 @@ fn lab_rtt_needs_root_and_a_sane_delay() {
     let (out, _) = run_bounded(c, Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(2), "--loss without --rtt");
 }
+
+/// A TCP segment of a fixture capture, decoded without the detectors.
+struct Seg {
+    ts_ms: f64,
+    src: String,
+    dst: String,
+    seq: u32,
+    ack: u32,
+    syn: bool,
+    fin: bool,
+    ack_flag: bool,
+    len: u32,
+    payload: Vec<u8>,
+}
+
+fn segments(name: &str) -> Vec<Seg> {
+    let cap = tcpdoctor::capture::Capture::open(&data(&format!("rtt/{name}"))).expect("opens");
+    let mut packets = cap.packets().expect("a capture");
+    let mut out = Vec::new();
+    while let Some(p) = packets.next() {
+        let s = tcpdoctor::wire::decode(p.frame, p.ts_ns, p.link, p.data, p.orig_len).expect("decodes").expect("TCP");
+        out.push(Seg {
+            ts_ms: s.ts_ns as f64 / 1e6,
+            src: format!("{}:{}", s.src.ip, s.src.port),
+            dst: format!("{}:{}", s.dst.ip, s.dst.port),
+            seq: s.seq,
+            ack: s.ack,
+            syn: s.flags.syn(),
+            fin: s.flags.fin(),
+            ack_flag: s.flags.ack(),
+            len: s.len,
+            payload: s.payload.to_vec(),
+        });
+    }
+    assert!(packets.damage().is_none(), "{name}: damaged");
+    out
+}
+
+/// (SYN → SYN-ACK, SYN-ACK → ACK) of the first handshake, ms.
+fn handshake(segs: &[Seg]) -> (f64, f64) {
+    let syn = segs.iter().position(|s| s.syn && !s.ack_flag).expect("a SYN");
+    let synack = segs.iter().position(|s| s.syn && s.ack_flag).expect("a SYN-ACK");
+    let ack = segs[synack..].iter().find(|s| !s.syn && s.src == segs[syn].src).expect("the handshake's ACK");
+    (segs[synack].ts_ms - segs[syn].ts_ms, ack.ts_ms - segs[synack].ts_ms)
+}
+
+#[test]
+fn the_fixture_captures_hold_what_truth_md_says() {
+    let names: Vec<String> = std::fs::read_dir(data("rtt"))
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.ends_with(".pcap"))
+        .collect();
+    assert_eq!(names.len(), 12, "{names:?}");
+    for n in &names {
+        let segs = segments(n);
+        assert!(segs.len() > 50, "{n}");
+        // Wire-sized: no offload super-segment reached the captures.
+        assert!(segs.iter().all(|s| s.len <= 1448), "{n}");
+        assert!(std::fs::metadata(data(&format!("rtt/{n}"))).unwrap().len() < 300_000, "{n}");
+    }
+    // The round trip is the bridge's: SYN to SYN-ACK at the client, SYN-ACK to ACK at the server.
+    let near =
+        |got: f64, want: f64, what: &str| assert!((got - want).abs() <= 1.0, "{what}: {got} ms, want {want} ± 1");
+    for (n, rtt) in [("nagle_5ms_client", 10.0), ("nagle_40ms_client", 80.0), ("nodelay_5ms_client", 10.0)] {
+        near(handshake(&segments(&format!("{n}.pcap"))).0, rtt, n);
+    }
+    for (n, rtt) in [("nagle_5ms_server", 10.0), ("nagle_40ms_server", 80.0), ("tls_two_records", 10.0)] {
+        near(handshake(&segments(&format!("{n}.pcap"))).1, rtt, n);
+    }
+    // Both ends of one run: the same packets, the server's SYN one one-way delay after the client's.
+    for (n, one_way) in [("nagle_5ms", 5.0), ("nagle_40ms", 40.0), ("loss_nagle", 5.0)] {
+        let client_file = if n == "loss_nagle" { "loss_nagle_client.pcap".into() } else { format!("{n}_client.pcap") };
+        let server_file = if n == "loss_nagle" { "loss_nagle.pcap".into() } else { format!("{n}_server.pcap") };
+        let (c, s) = (segments(&client_file), segments(&server_file));
+        near(s[0].ts_ms - c[0].ts_ms, one_way, n);
+        assert_eq!((c[0].src.as_str(), c[0].dst.as_str()), (s[0].src.as_str(), s[0].dst.as_str()));
+    }
+    // Mid-stream at a high server port: no handshake, no close, four clients inside 20000-30000.
+    let m = segments("midstream_high_port.pcap");
+    assert!(m.iter().all(|s| !s.syn && !s.fin));
+    let mut clients: Vec<u16> = m
+        .iter()
+        .filter(|s| s.dst == "198.18.0.2:61000")
+        .map(|s| s.src.rsplit(':').next().unwrap().parse().unwrap())
+        .collect();
+    clients.sort();
+    clients.dedup();
+    assert_eq!(clients.len(), 4, "{clients:?}");
+    assert!(clients.iter().all(|p| (20000..=30000).contains(p)), "{clients:?}");
+    assert!(m.iter().all(|s| s.src == "198.18.0.2:61000" || s.dst == "198.18.0.2:61000"));
+    // Loss: the log names every frame the bridge dropped; each was captured at its sender and never at its receiver.
+    let log = std::fs::read_to_string(data("rtt/bridge.log")).unwrap();
+    let line = log.lines().find_map(|l| l.strip_prefix("loss_nagle ")).expect("loss_nagle's counters");
+    let counters: serde_json::Value = serde_json::from_str(line).unwrap();
+    let dropped = counters["client_to_server"]["dropped"].as_u64().unwrap()
+        + counters["server_to_client"]["dropped"].as_u64().unwrap();
+    let drops = std::fs::read_to_string(data("rtt/loss_nagle.drops")).unwrap();
+    assert_eq!(drops.lines().count() as u64, dropped);
+    assert!(dropped >= 20, "{dropped}");
+    let (at_client, at_server) = (segments("loss_nagle_client.pcap"), segments("loss_nagle.pcap"));
+    let mut lost: std::collections::HashMap<(String, u32, u32, u32), usize> = Default::default();
+    for d in drops.lines() {
+        let w: Vec<&str> = d.split_whitespace().collect();
+        let field = |k: &str| w[w.iter().position(|x| *x == k).unwrap() + 1].parse::<u64>().unwrap();
+        *lost
+            .entry((w[1].to_string() + " " + w[2], field("seq") as u32, field("ack") as u32, field("len") as u32))
+            .or_default() += 1;
+    }
+    // A segment sent n times and dropped k times was captured n times at its sender, n - k at its receiver.
+    for ((way, seq, ack, len), k) in lost {
+        let (dir, src) = way.split_once(' ').unwrap();
+        let count =
+            |segs: &[Seg]| segs.iter().filter(|s| (s.seq, s.ack, s.len) == (seq, ack, len) && s.src == src).count();
+        let (sender, receiver) =
+            if dir == "client->server" { (&at_client, &at_server) } else { (&at_server, &at_client) };
+        assert!(count(sender) >= k, "{way} seq {seq}: captured {} times at its sender", count(sender));
+        assert_eq!(count(sender) - count(receiver), k, "{way} seq {seq} ack {ack} len {len}");
+    }
+    // Expect: 100-continue: five POSTs, each body sent about 1 s after its headers.
+    let e = segments("expect_100.pcap");
+    let posts: Vec<usize> = (0..e.len()).filter(|&i| e[i].payload.starts_with(b"POST ")).collect();
+    assert_eq!(posts.len(), 5);
+    for &i in &posts {
+        let text = String::from_utf8_lossy(&e[i].payload).to_ascii_lowercase();
+        assert!(text.contains("expect: 100-continue"), "{text}");
+        let body = e[i + 1..].iter().find(|s| s.src == e[i].src && s.len > 0).expect("a body");
+        let wait = body.ts_ms - e[i].ts_ms;
+        assert!((950.0..1100.0).contains(&wait), "body {wait} ms after the headers");
+        assert!(e[i..].iter().take_while(|s| s.ts_ms < body.ts_ms).all(|s| !s.payload.starts_with(b"HTTP/1.1 100")));
+    }
+}
