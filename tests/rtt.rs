@@ -8,8 +8,8 @@
 //! - how late releases are, at SCHED_FIFO and without, while two threads keep
 //!   both cores busy (printed for bench/RESULTS.md; bounded at SCHED_FIFO;
 //!   the bulk transfer prints its own, where frames wait behind each other);
-//! - `lab --rtt 8ms`: the URLs it prints answer through the bridge with the
-//!   round trip, its namespace is removed on SIGTERM and on the next start
+//! - `lab --rtt 8ms --nginx`: the URLs it prints (nginx's too) answer through
+//!   the bridge with the round trip, its namespace is removed on SIGTERM and on the next start
 //!   after SIGKILL; without root it exits 5 with one line.
 
 mod common;
@@ -228,14 +228,14 @@ fn get(url: &str) -> (String, Duration) {
 
 #[test]
 fn lab_rtt_serves_through_the_bridge_and_cleans_up() {
-    if !require_root() {
+    if !require_root() || !require("nginx") {
         return;
     }
-    let (p, servers) = lab_rtt(&["8ms"]);
+    let (p, servers) = lab_rtt(&["8ms", "--nginx"]);
     let pid = p.0.id();
     let ns = format!("tcpdoctor-lab-{pid}");
     assert!(lab_namespaces().contains(&ns), "{:?}", lab_namespaces());
-    for name in ["nagle", "nodelay", "think"] {
+    for name in ["nagle", "nodelay", "think", "nginx-nodelay-off", "nginx-nodelay-on"] {
         let url = url_of(&servers, name);
         assert!(url.starts_with("http://198.1"), "{url}");
         // A fresh connection: handshake and request, two round trips of 8 ms.

@@ -150,7 +150,7 @@ impl Bridge {
         }
         drop(tx);
         // Both threads say whether they got real-time priority before we return.
-        bridge.realtime = (0..2).map(|_| rx.recv().unwrap_or(Ok(()))).collect();
+        bridge.realtime = (0..2).try_for_each(|_| rx.recv().unwrap_or(Ok(())));
         Ok(bridge)
     }
 

@@ -13,11 +13,14 @@
 #
 # Usage: sudo tests/data/rtt/make.sh          (all captures, about 2 minutes)
 #        sudo tests/data/rtt/make.sh nagle_5  (only cases whose name contains it)
+#        TCPDOCTOR_CAPTURE_DIR=DIR ...        (write the files into DIR instead)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../.." && pwd)
 LAB=$REPO/tests/data/lab
+# TCPDOCTOR_CAPTURE_DIR: write the captures elsewhere (to try the script without changing the committed files).
+OUT=${TCPDOCTOR_CAPTURE_DIR:-$HERE}
 ONLY=${1:-}
 PY=/usr/bin/python3
 NS=tdrttfix
@@ -38,55 +41,10 @@ chmod 755 "$WORK"
 PIDS=()
 BRIDGE=""
 
-log() { printf '\n=== %s\n' "$*"; }
+NETNS=("$NS-c" "$NS-s")
 
-cleanup() {
-    local rc=$?
-    set +e
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    ip netns del "$NS-c" 2>/dev/null
-    ip netns del "$NS-s" 2>/dev/null
-    rm -rf "$WORK"
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-want() { [ -z "$ONLY" ] || [[ "$1" == *"$ONLY"* ]]; }
-
-# bg NAME CMD... : CMD in the background, its output in $WORK/NAME.out, its PID in BGPID
-bg() {
-    local name=$1; shift
-    "$@" >"$WORK/$name.out" 2>&1 &
-    BGPID=$!
-    PIDS+=("$BGPID")
-}
-
-stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
-
-# wait_for FILE PATTERN : until a background log shows PATTERN (15 s at most)
-wait_for() {
-    local i
-    for i in $(seq 150); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "timeout waiting for '$2' in $1:" >&2
-    cat "$1" >&2 || true
-    return 1
-}
-
-# wait_port PORT : until something listens on PORT in the server namespace
-wait_port() {
-    local i
-    for i in $(seq 150); do
-        "${S[@]}" ss -Hltn "sport = :$1" | grep -q . && return 0
-        sleep 0.1
-    done
-    echo "nothing listens on port $1" >&2
-    return 1
-}
+# log, cleanup (trapped), want, bg, stop, wait_for, wait_port
+. "$LAB/procs.sh"
 
 # bridge_up NAME ONE_WAY [rtt_pair args...] : the namespaces and the bridge
 bridge_up() {
@@ -115,16 +73,16 @@ cap_start() {
     CAPPID=$BGPID
 }
 
-# publish NAME... : stop nothing; move the finished captures into tests/data/rtt
+# publish NAME... : move the finished captures into tests/data/rtt (or TCPDOCTOR_CAPTURE_DIR)
 publish() {
     local n
     for n in "$@"; do
         if grep -q 'dropped by kernel' "$WORK/cap-$n.out" && ! grep -q '^0 packets dropped by kernel' "$WORK/cap-$n.out"; then
             echo "WARNING: $n: tcpdump reports kernel drops" >&2
         fi
-        mv -f "$WORK/$n.pcap" "$HERE/$n.pcap"
-        chmod 644 "$HERE/$n.pcap"
-        echo "--> $n.pcap: $(stat -c %s "$HERE/$n.pcap") bytes"
+        mv -f "$WORK/$n.pcap" "$OUT/$n.pcap"
+        chmod 644 "$OUT/$n.pcap"
+        echo "--> $n.pcap: $(stat -c %s "$OUT/$n.pcap") bytes"
     done
 }
 
@@ -199,7 +157,7 @@ if want proxy_jdk; then
     javac -d "$WORK/jdk" "$LAB/HttpServerDemo.java"
     bg jdk "${S[@]}" timeout 300 java -cp "$WORK/jdk" HttpServerDemo 8081 300 280
     JDK=$BGPID
-    wait_port 8081
+    wait_port "$NS-s" 8081
     cat >"$WORK/nginx/nginx.conf" <<CONF
 worker_processes 1;
 daemon off;
@@ -231,7 +189,7 @@ http {
 CONF
     bg nginx "${S[@]}" timeout 300 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log"
     NGINX=$BGPID
-    wait_port 8080
+    wait_port "$NS-s" 8080
     cap_start proxy_jdk s any
     cs=$CAPPID
     client 8080 -n 30
@@ -285,8 +243,8 @@ if want loss; then
     sleep 1
     stop "$cs"; stop "$cc"; stop "$SRVPID"
     bridge_down loss_nagle
-    cp "$WORK/loss_nagle.drops" "$HERE/loss_nagle.drops"
-    chmod 644 "$HERE/loss_nagle.drops"
+    cp "$WORK/loss_nagle.drops" "$OUT/loss_nagle.drops"
+    chmod 644 "$OUT/loss_nagle.drops"
     publish loss_nagle loss_nagle_client
 fi
 
@@ -313,10 +271,10 @@ fi
 
 if [ -f "$WORK/bridge.log" ]; then
     # Keep the counters of the cases re-made now, and the others' from before.
-    touch "$HERE/bridge.log"
-    cut -d' ' -f1 "$WORK/bridge.log" | while read -r n; do sed -i "/^$n /d" "$HERE/bridge.log"; done
-    cat "$WORK/bridge.log" >>"$HERE/bridge.log"
-    sort -o "$HERE/bridge.log" "$HERE/bridge.log"
-    chmod 644 "$HERE/bridge.log"
+    touch "$OUT/bridge.log"
+    cut -d' ' -f1 "$WORK/bridge.log" | while read -r n; do sed -i "/^$n /d" "$OUT/bridge.log"; done
+    cat "$WORK/bridge.log" >>"$OUT/bridge.log"
+    sort -o "$OUT/bridge.log" "$OUT/bridge.log"
+    chmod 644 "$OUT/bridge.log"
 fi
 echo done

@@ -9,7 +9,10 @@
                                     200-byte payload) with TCP_NODELAY off:
                                     the client is the Nagle side
 """
-import argparse, socket, struct, sys, threading, time
+import argparse, os, socket, struct, sys, time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lab"))
+from httpmsg import serve  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("role", choices=["server", "client"])
@@ -54,19 +57,7 @@ def handle(c):
 
 
 if a.role == "server":
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((a.host, a.port))
-    s.listen(16)
-    s.settimeout(0.2)
-    deadline = time.time() + a.max_seconds
-    print("listening %s:%d rpc" % (a.host, a.port), flush=True)
-    while time.time() < deadline:
-        try:
-            c, _ = s.accept()
-        except socket.timeout:
-            continue
-        threading.Thread(target=handle, args=(c,), daemon=True).start()
+    serve(a.host, a.port, handle, a.max_seconds, "listening %s:%d rpc" % (a.host, a.port))
 else:
     s = socket.create_connection((a.host, a.port), timeout=10)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
