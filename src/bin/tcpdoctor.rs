@@ -134,13 +134,18 @@ Exit codes: 0 no latency problem found (with --verify/--before: the fix worked);
 measured nothing (one line says which step and why, and there is no verdict); 6 the results could not be written \
 (standard output or --html).")]
     Diagnose(DiagnoseArgs),
-    /// Start reproduction servers on 127.0.0.1 and print their URLs (Ctrl-C stops them).
+    /// Start reproduction servers on 127.0.0.1 (or behind a real round trip) and print their URLs (Ctrl-C stops them).
     #[command(after_help = "Servers: (a) nagle: keep-alive, header then body in two writes, Nagle on; (b) nodelay: \
 the same with TCP_NODELAY; (c) think: 45 ms think time, then one write; with --nginx, Debian's nginx with \
 tcp_nodelay off and on.
 
+--rtt D (root) runs them in a network namespace tcpdoctor-lab-PID at 198.18.x.2, reached from this host through \
+two TAP devices joined by a userspace bridge that delays every frame D/2 each way (at SCHED_FIFO priority); \
+--loss PCT drops that share of IP frames each way (seeded by --seed). The namespace is deleted when lab ends \
+(Ctrl-C, SIGTERM, --duration); one left by a killed run is deleted by the next lab --rtt.
+
 Exit codes: 0 stopped by Ctrl-C or --duration; 2 bad command line; 3 a server could not start (nginx missing, \
-no free port).")]
+no free port); 5 --rtt without root, or the namespace, TAPs or bridge could not be made.")]
     Lab(LabArgs),
     /// Live detection on an interface: a line per finding as it happens, summaries per server, Prometheus metrics.
     #[command(after_help = "Runs until Ctrl-C, SIGTERM or --duration, then prints a final summary and analyze's \
@@ -219,6 +224,23 @@ struct LabArgs {
     /// Print the servers as JSON.
     #[arg(long)]
     json: bool,
+    /// Put the servers behind a real round trip of D (half each way), in a network namespace (root).
+    #[arg(long, value_name = "D", value_parser = parse_positive_duration)]
+    rtt: Option<Duration>,
+    /// With --rtt: drop this percentage of IP frames at random, each way.
+    #[arg(long, value_name = "PCT", requires = "rtt", value_parser = parse_percent)]
+    loss: Option<f64>,
+    /// With --rtt: the seed of the random drops (the same seed drops the same frames).
+    #[arg(long, value_name = "N", requires = "rtt", default_value_t = 1)]
+    seed: u64,
+}
+
+/// A percentage from 0 to 100.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}`: a percentage from 0 to 100")),
+    }
 }
 
 #[derive(clap::Args)]
@@ -978,13 +1000,31 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
 }
 
 fn run_lab(a: LabArgs) -> ExitCode {
-    use tcpdoctor::lab::{Mode, Server, nginx::Nginx};
+    use tcpdoctor::lab::{Mode, Server, nginx::Nginx, rtt::Path};
     tcpdoctor::interrupt::catch_all();
+    // With --rtt the servers live in a namespace of their own behind the bridge.
+    let path = match a.rtt.map(|rtt| Path::start(rtt, a.loss.unwrap_or(0.0) / 100.0, a.seed)).transpose() {
+        Ok(p) => p.map(|(path, removed)| {
+            for n in removed {
+                eprintln!("tcpdoctor: removed network namespace {n}, left by a lab --rtt whose process is gone");
+            }
+            if let Err(e) = path.realtime() {
+                eprintln!("tcpdoctor: warning: {e}");
+            }
+            path
+        }),
+        Err(e) => return fail(exit::NET, e),
+    };
+    let ip: std::net::IpAddr = path.as_ref().map_or([127, 0, 0, 1].into(), |p| p.server_ip().into());
     let port = |i: u16| a.port.map_or(0, |p| p + i);
     let mut servers = Vec::new();
     for (i, m) in [Mode::Nagle, Mode::NoDelay, Mode::Think(Duration::from_millis(45))].into_iter().enumerate() {
-        let bind = std::net::SocketAddr::from(([127, 0, 0, 1], port(i as u16)));
-        match Server::start(m, bind) {
+        let bind = std::net::SocketAddr::new(ip, port(i as u16));
+        let started = match &path {
+            Some(p) => p.namespace().run(|| Server::start(m, bind)).map_err(std::io::Error::other).and_then(|r| r),
+            None => Server::start(m, bind),
+        };
+        match started {
             Ok(s) => servers.push(s),
             Err(e) => return fail(exit::INPUT, format!("cannot start the {} lab server on {bind}: {e}", m.name())),
         }
@@ -996,7 +1036,14 @@ fn run_lab(a: LabArgs) -> ExitCode {
     let mut nginxes = Vec::new();
     if a.nginx {
         for (i, on) in [(3, false), (4, true)] {
-            match Nginx::start(a.nginx_bin.as_deref(), on, port(i)) {
+            let started = match &path {
+                Some(p) => match a.port.map_or_else(|| p.free_port(), |_| Ok(port(i))) {
+                    Ok(n) => Nginx::start_at(a.nginx_bin.as_deref(), on, (ip, n).into(), Some(p.namespace())),
+                    Err(e) => Err(e),
+                },
+                None => Nginx::start(a.nginx_bin.as_deref(), on, port(i)),
+            };
+            match started {
                 Ok(n) => {
                     rows.push(serde_json::json!({
                         "name": if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" },
@@ -1010,6 +1057,11 @@ fn run_lab(a: LabArgs) -> ExitCode {
             }
         }
     }
+    if let Some(p) = &path {
+        for r in &mut rows {
+            r["namespace"] = p.namespace().name().into();
+        }
+    }
     if a.json {
         print_json(&rows);
     } else {
@@ -1021,6 +1073,9 @@ fn run_lab(a: LabArgs) -> ExitCode {
                 r["what"].as_str().unwrap_or("")
             ));
         }
+        if let Some(p) = &path {
+            print(&format!("{}\n", p.describe()));
+        }
         let until = a.duration.map_or("Ctrl-C".to_string(), |d| format!("{:.0} s or Ctrl-C", d.as_secs_f64()));
         print(&format!("serving until {until}; try: tcpdoctor diagnose {}\n", servers[0].url()));
     }
@@ -1030,6 +1085,7 @@ fn run_lab(a: LabArgs) -> ExitCode {
     }
     drop(nginxes);
     drop(servers);
+    drop(path);
     ExitCode::from(exit::OK)
 }
 
