@@ -81,7 +81,7 @@ pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<L
     let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let cannot = |e| format!("cannot start a lab server on 127.0.0.1: {e}");
     let start = |m| Server::start(m, bind).map_err(cannot);
-    let cert = Cert::generate()?;
+    let cert = Cert::generate(bind.ip())?;
     let servers = [
         ("(a)", start(Mode::Nagle)?),
         ("(b)", start(Mode::NoDelay)?),

@@ -402,3 +402,22 @@ fn refused_certificates_are_one_line_exit_3_and_k_goes_on() {
     assert!(err.contains("did not answer in TLS (is this port HTTPS?"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Behind `lab --rtt`, the HTTPS twins listen in the namespace, and their
+/// certificate names that address too: `--cacert` works across the bridge.
+#[test]
+fn lab_rtt_https_twins_across_the_bridge() {
+    if !common::require_root() {
+        return;
+    }
+    let _g = serial();
+    let (_p, rows) = common::lab_rows(&["--rtt", "8ms"]);
+    let row = |name: &str| rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no {name}: {rows:?}"));
+    let (url, cacert) = (row("nodelay-tls")["url"].as_str().unwrap(), row("nodelay-tls")["cacert"].as_str().unwrap());
+    assert!(url.starts_with("https://198.1"), "{url}");
+    let r = bench(&["-t1", "-c2", "-d1s", "--cacert", cacert, url]);
+    // One round trip per request; the handshake of TLS 1.3 is one more.
+    let (lat, hs) = (f(&r, "latency.p50"), f(&r, "tls.handshake.p50"));
+    assert!((7.0..20.0).contains(&lat) && (7.0..40.0).contains(&hs), "latency {lat} ms, handshake {hs} ms: {r:#}");
+    assert_eq!(r["tls"]["version"], "TLSv1.3");
+}

@@ -141,15 +141,20 @@ why: expired, unknown issuer, wrong name); \
 measured nothing (one line says which step and why, and there is no verdict); 6 the results could not be written \
 (standard output or --html).")]
     Diagnose(DiagnoseArgs),
-    /// Start reproduction servers on 127.0.0.1 and print their URLs (Ctrl-C stops them).
+    /// Start reproduction servers on 127.0.0.1 (or behind a real round trip) and print their URLs (Ctrl-C stops them).
     #[command(after_help = "Servers: (a) nagle: keep-alive, header then body in two writes, Nagle on; (b) nodelay: \
 the same with TCP_NODELAY; (c) think: 45 ms think time, then one write; with --nginx, Debian's nginx with \
 tcp_nodelay off and on; nagle-tls and nodelay-tls: (a) and (b) over HTTPS (header and body as two TLS records), \
 with a certificate made at start for localhost, 127.0.0.1 and ::1, written to a new directory (printed; give it \
 to --cacert, or use -k) and removed when lab stops.
 
+--rtt D (root) runs them in a network namespace tcpdoctor-lab-PID at 198.18.x.2, reached from this host through \
+two TAP devices joined by a userspace bridge that delays every frame D/2 each way (at SCHED_FIFO priority); \
+--loss PCT drops that share of IP frames each way (seeded by --seed). The namespace is deleted when lab ends \
+(Ctrl-C, SIGTERM, --duration); one left by a killed run is deleted by the next lab --rtt.
+
 Exit codes: 0 stopped by Ctrl-C or --duration; 2 bad command line; 3 a server could not start (nginx missing, \
-no free port).")]
+no free port); 5 --rtt without root, or the namespace, TAPs or bridge could not be made.")]
     Lab(LabArgs),
     /// Live detection on an interface: a line per finding as it happens, summaries per server, Prometheus metrics.
     #[command(after_help = "Runs until Ctrl-C, SIGTERM or --duration, then prints a final summary and analyze's \
@@ -257,6 +262,23 @@ struct LabArgs {
     /// Print the servers as JSON.
     #[arg(long)]
     json: bool,
+    /// Put the servers behind a real round trip of D (half each way), in a network namespace (root).
+    #[arg(long, value_name = "D", value_parser = parse_positive_duration)]
+    rtt: Option<Duration>,
+    /// With --rtt: drop this percentage of IP frames at random, each way.
+    #[arg(long, value_name = "PCT", requires = "rtt", value_parser = parse_percent)]
+    loss: Option<f64>,
+    /// With --rtt: the seed of the random drops (the same seed drops the same frames).
+    #[arg(long, value_name = "N", requires = "rtt", default_value_t = 1)]
+    seed: u64,
+}
+
+/// A percentage from 0 to 100.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}`: a percentage from 0 to 100")),
+    }
 }
 
 #[derive(clap::Args)]
@@ -1027,27 +1049,45 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
 }
 
 fn run_lab(a: LabArgs) -> ExitCode {
-    use tcpdoctor::lab::{Mode, Server, nginx::Nginx};
+    use tcpdoctor::lab::{Mode, Server, nginx::Nginx, rtt::Path};
     tcpdoctor::interrupt::catch_all();
+    // With --rtt the servers live in a namespace of their own behind the bridge.
+    let path = match a.rtt.map(|rtt| Path::start(rtt, a.loss.unwrap_or(0.0) / 100.0, a.seed)).transpose() {
+        Ok(p) => p.map(|(path, removed)| {
+            for n in removed {
+                eprintln!("tcpdoctor: removed network namespace {n}, left by a lab --rtt whose process is gone");
+            }
+            if let Err(e) = path.realtime() {
+                eprintln!("tcpdoctor: warning: {e}");
+            }
+            path
+        }),
+        Err(e) => return fail(exit::NET, e),
+    };
+    let ip: std::net::IpAddr = path.as_ref().map_or([127, 0, 0, 1].into(), |p| p.server_ip().into());
     let port = |i: u16| a.port.map_or(0, |p| p + i);
-    let mut servers = Vec::new();
-    for (i, m) in [Mode::Nagle, Mode::NoDelay, Mode::Think(Duration::from_millis(45))].into_iter().enumerate() {
-        let bind = std::net::SocketAddr::from(([127, 0, 0, 1], port(i as u16)));
-        match Server::start(m, bind) {
-            Ok(s) => servers.push(s),
-            Err(e) => return fail(exit::INPUT, format!("cannot start the {} lab server on {bind}: {e}", m.name())),
-        }
-    }
-    // HTTPS twins of (a) and (b), after the nginx ports, with a certificate made now.
-    let cert = match tcpdoctor::lab::tls::Cert::generate().and_then(|c| c.write_pem().map(|f| (c, f))) {
+    // The HTTPS twins' certificate, made now (for the bridge's address too).
+    let cert = match tcpdoctor::lab::tls::Cert::generate(ip).and_then(|c| c.write_pem().map(|f| (c, f))) {
         Ok(c) => c,
         Err(e) => return fail(exit::INPUT, format!("https lab servers: {e}")),
     };
-    for (i, m) in [(5, Mode::Nagle), (6, Mode::NoDelay)] {
-        let bind = std::net::SocketAddr::from(([127, 0, 0, 1], port(i)));
-        match Server::start_tls(m, bind, &cert.0) {
+    let mut servers = Vec::new();
+    // (a), (b), (c); then (a) and (b) over HTTPS, after the nginx ports.
+    let modes =
+        [(0, Mode::Nagle, false), (1, Mode::NoDelay, false), (2, Mode::Think(Duration::from_millis(45)), false)];
+    for (i, m, tls) in modes.into_iter().chain([(5, Mode::Nagle, true), (6, Mode::NoDelay, true)]) {
+        let bind = std::net::SocketAddr::new(ip, port(i));
+        let start = || if tls { Server::start_tls(m, bind, &cert.0) } else { Server::start(m, bind) };
+        let started = match &path {
+            Some(p) => p.namespace().run(start).map_err(std::io::Error::other).and_then(|r| r),
+            None => start(),
+        };
+        match started {
             Ok(s) => servers.push(s),
-            Err(e) => return fail(exit::INPUT, format!("cannot start the {}-tls lab server on {bind}: {e}", m.name())),
+            Err(e) => {
+                let name = format!("{}{}", m.name(), if tls { "-tls" } else { "" });
+                return fail(exit::INPUT, format!("cannot start the {name} lab server on {bind}: {e}"));
+            }
         }
     }
     let cacert = cert.1.1.display().to_string();
@@ -1063,7 +1103,14 @@ fn run_lab(a: LabArgs) -> ExitCode {
     let mut nginxes = Vec::new();
     if a.nginx {
         for (i, on) in [(3, false), (4, true)] {
-            match Nginx::start(a.nginx_bin.as_deref(), on, port(i)) {
+            let started = match &path {
+                Some(p) => match a.port.map_or_else(|| p.free_port(), |_| Ok(port(i))) {
+                    Ok(n) => Nginx::start_at(a.nginx_bin.as_deref(), on, (ip, n).into(), Some(p.namespace())),
+                    Err(e) => Err(e),
+                },
+                None => Nginx::start(a.nginx_bin.as_deref(), on, port(i)),
+            };
+            match started {
                 Ok(n) => {
                     rows.push(serde_json::json!({
                         "name": if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" },
@@ -1078,6 +1125,11 @@ fn run_lab(a: LabArgs) -> ExitCode {
         }
     }
     rows.extend(https.into_iter().map(row));
+    if let Some(p) = &path {
+        for r in &mut rows {
+            r["namespace"] = p.namespace().name().into();
+        }
+    }
     if a.json {
         print_json(&rows);
     } else {
@@ -1089,8 +1141,11 @@ fn run_lab(a: LabArgs) -> ExitCode {
                 r["what"].as_str().unwrap_or("")
             ));
         }
+        if let Some(p) = &path {
+            print(&format!("{}\n", p.describe()));
+        }
         let until = a.duration.map_or("Ctrl-C".to_string(), |d| format!("{:.0} s or Ctrl-C", d.as_secs_f64()));
-        print(&format!("https certificate (made now, for localhost, 127.0.0.1, ::1): {cacert}\n"));
+        print(&format!("https certificate (made now, for localhost, {}): {cacert}\n", cert.0.addresses()));
         print(&format!("serving until {until}; try: tcpdoctor diagnose {}\n", servers[0].url()));
         print(&format!("                      or: tcpdoctor diagnose --cacert {cacert} {}\n", servers[3].url()));
     }
@@ -1100,6 +1155,7 @@ fn run_lab(a: LabArgs) -> ExitCode {
     }
     drop(nginxes);
     drop(servers);
+    drop(path);
     ExitCode::from(exit::OK)
 }
 

@@ -22,8 +22,12 @@ pub struct Stall {
     pub ack_frame: u64,
     /// Frame of the held segment.
     pub held_frame: u64,
-    /// Small segment → its ACK, as seen at the capture point, ns.
+    /// The ACKing host's own delay: small segment → its ACK as seen at the
+    /// capture point, less the round trip from there to the ACKing host
+    /// (when measured), ns. The same whichever end the capture was taken at.
     pub ack_delay_ns: i64,
+    /// Small segment → its ACK, as seen at the capture point, ns.
+    pub ack_seen_ns: i64,
     /// Small segment → held segment: the time the held bytes lost, ns.
     pub stall_ns: i64,
 }
@@ -200,6 +204,8 @@ pub(crate) mod build {
             client: Endpoint { ip: [127, 0, 0, 1].into(), port: 40000 },
             server: Endpoint { ip: [127, 0, 0, 1].into(), port: 8080 },
             roles: RoleSource::Handshake,
+            roles_open: false,
+            roles_doubt: None,
             mss: [Some(1448), Some(1448)],
             rtt_to: [Some(rtt_client), Some(rtt_server)],
         }

@@ -8,8 +8,16 @@
 //!
 //! [`nginx`] starts Debian's nginx with generated configs beside them; any
 //! server can speak HTTPS with a certificate from [`tls`] (each write a record).
+//! [`link`] puts a real round trip between two network namespaces (or a
+//! namespace and the host): TAP devices ([`tap`]) joined by the delay
+//! [`bridge`], in namespaces made by [`netns`].
 
+pub mod bridge;
+pub mod link;
+pub mod netns;
 pub mod nginx;
+pub mod rtt;
+pub mod tap;
 pub mod tls;
 
 use std::io::{self, Read, Write};
@@ -71,6 +79,8 @@ struct Shared {
 pub struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    /// The listening socket's descriptor, owned by the accept thread.
+    listener: std::os::fd::RawFd,
     accept: Option<JoinHandle<()>>,
 }
 
@@ -88,6 +98,7 @@ impl Server {
     fn start_with(mode: Mode, bind: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) -> io::Result<Server> {
         let listener = TcpListener::bind(bind)?;
         let addr = listener.local_addr()?;
+        let fd = listener.as_raw_fd();
         let shared = Arc::new(Shared {
             mode,
             nodelay: AtomicBool::new(mode == Mode::NoDelay),
@@ -98,7 +109,7 @@ impl Server {
         let s = shared.clone();
         let accept =
             std::thread::Builder::new().name(format!("lab-{}", mode.name())).spawn(move || accept_loop(listener, s))?;
-        Ok(Server { addr, shared, accept: Some(accept) })
+        Ok(Server { addr, shared, listener: fd, accept: Some(accept) })
     }
 
     /// The address it listens on.
@@ -147,8 +158,12 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        // Wake the blocking accept; the loop sees the flag and returns.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        // Wake the blocking accept (it fails from now on); the loop sees the
+        // flag and returns. A connect would not do for a server in another
+        // network namespace, or behind a bridge already stopped.
+        // SAFETY: the accept thread owns the descriptor and is still running
+        // (joined below), so it is open and still the listener.
+        unsafe { libc::shutdown(self.listener, libc::SHUT_RDWR) };
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }

@@ -5,6 +5,7 @@
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::io::Write;
+use std::net::IpAddr;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,12 +15,19 @@ pub struct Cert {
     config: Arc<rustls::ServerConfig>,
     der: CertificateDer<'static>,
     pem: String,
+    addresses: Vec<IpAddr>,
 }
 
 impl Cert {
-    /// Generates a key pair and a certificate for this host's loopback names.
-    pub fn generate() -> Result<Cert, String> {
-        let names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    /// Generates a key pair and a certificate for `localhost`, the loopback
+    /// addresses and `ip` (the address the servers listen on, e.g. behind `--rtt`).
+    pub fn generate(ip: IpAddr) -> Result<Cert, String> {
+        let mut addresses: Vec<IpAddr> = vec![[127, 0, 0, 1].into(), std::net::Ipv6Addr::LOCALHOST.into()];
+        if !addresses.contains(&ip) {
+            addresses.push(ip);
+        }
+        let names: Vec<String> =
+            std::iter::once("localhost".to_string()).chain(addresses.iter().map(|a| a.to_string())).collect();
         let made = rcgen::generate_simple_self_signed(names).map_err(|e| format!("cannot make a certificate: {e}"))?;
         let der = made.cert.der().clone();
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()));
@@ -29,7 +37,12 @@ impl Cert {
             .and_then(|b| b.with_no_client_auth().with_single_cert(vec![der.clone()], key))
             .map_err(|e| format!("cannot set up TLS: {e}"))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Cert { config: Arc::new(config), der, pem: made.cert.pem() })
+        Ok(Cert { config: Arc::new(config), der, pem: made.cert.pem(), addresses })
+    }
+
+    /// The addresses it is valid for, in words.
+    pub fn addresses(&self) -> String {
+        self.addresses.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ")
     }
 
     /// The server configuration.

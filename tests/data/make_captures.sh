@@ -29,65 +29,10 @@ NS_B=tcpdoc-b
 NS_R=tcpdoc-r
 PIDS=()
 
-log() { printf '\n=== %s\n' "$*"; }
+NETNS=("$NS_A" "$NS_B" "$NS_R")
 
-cleanup() {
-    local rc=$?
-    set +e
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null
-    done
-    for p in "${PIDS[@]}"; do
-        wait "$p" 2>/dev/null
-    done
-    ip netns del "$NS_A" 2>/dev/null
-    ip netns del "$NS_B" 2>/dev/null
-    ip netns del "$NS_R" 2>/dev/null
-    rm -rf "$WORK"
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-want() { [ -z "$ONLY" ] || [[ "$1" == *"$ONLY"* ]]; }
-
-# bg NAME CMD... : start CMD in the background under its own log, remember PID in BGPID
-bg() {
-    local name=$1; shift
-    "$@" >"$WORK/$name.out" 2>&1 &
-    BGPID=$!
-    PIDS+=("$BGPID")
-}
-
-# stop PID : TERM one process we started and reap it
-stop() {
-    kill "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
-
-# wait_for FILE PATTERN : wait (max 15 s) until a background log shows PATTERN
-wait_for() {
-    local i
-    for i in $(seq 150); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "timeout waiting for '$2' in $1:" >&2
-    cat "$1" >&2 || true
-    return 1
-}
-
-# wait_port [NS] PORT : wait until something listens on PORT
-wait_port() {
-    local ns=() port i
-    if [ $# = 2 ]; then ns=(ip netns exec "$1"); port=$2; else port=$1; fi
-    for i in $(seq 150); do
-        "${ns[@]}" ss -Hltn "sport = :$port" | grep -q . && return 0
-        sleep 0.1
-    done
-    echo "nothing listens on port $port" >&2
-    return 1
-}
+# log, cleanup (trapped), want, bg, stop, wait_for, wait_port
+. "$LAB/procs.sh"
 
 # cap_start NAME [ip netns exec NS] tcpdump-args... : start tcpdump -> $WORK/NAME
 # (tcpdump runs as root (-Z root) and flushes every packet (-U)).
@@ -335,7 +280,7 @@ ns_setup() {
 INA=(ip netns exec "$NS_A")
 INB=(ip netns exec "$NS_B")
 
-if want loss || want syn_retry || want veth_nagle || want nagle_ns; then
+if want loss || want syn_retry || want veth_nagle || want nagle_ns || want midstream; then
     log "network namespaces"
     ns_setup
 fi
@@ -445,6 +390,32 @@ if want nagle_ns; then
     cap_stop "$c1"; stop "$c2"
     mergecap -I none -F pcapng -w "$WORK/nagle_ns.pcapng" "$WORK/ns_lo.pcap" "$WORK/ns_veth.pcap"
     publish nagle_ns.pcapng
+fi
+
+# midstream_port61000.pcap: a capture started after the load, the server's
+#   port above the clients' (port order names the wrong side): wwr server
+#   (Nagle on) in tcpdoc-a at 10.99.0.1:61000; four keep-alive clients in
+#   tcpdoc-b, whose net.ipv4.ip_local_port_range is 20000-30000, 40 requests
+#   each, all at once.  tcpdump on vA (next to the server) starts 0.5 s into
+#   the load and stops 1 s later: no handshake, no FIN in the file.
+if want midstream; then
+    log "midstream_port61000.pcap (netns, server port 61000, client ports 20000-30000)"
+    "${INB[@]}" sysctl -qw net.ipv4.ip_local_port_range="20000 30000"
+    bg srv-m "${INA[@]}" "${SERVER[@]}" --host 10.99.0.1 --port 61000 --mode wwr
+    sm=$BGPID
+    wait_for "$WORK/srv-m.out" listening
+    clients=()
+    for k in 1 2 3 4; do
+        bg "cli-m$k" "${INB[@]}" "${CLIENT[@]}" --host 10.99.0.1 --port 61000 -n 40
+        clients+=("$BGPID")
+    done
+    sleep 0.5
+    cap_start midstream_port61000.pcap ip netns exec "$NS_A" -i vA "tcp port 61000"
+    cm=$CAPPID
+    cap_stop "$cm"
+    for k in "${clients[@]}"; do wait "$k"; done
+    stop "$sm"
+    publish midstream_port61000.pcap
 fi
 
 if [ -n "${RELAYPID:-}" ]; then stop "$RELAYPID"; fi
