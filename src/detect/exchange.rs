@@ -1,10 +1,21 @@
 //! Request/response exchanges: a run of new client bytes, then a run of new
 //! server bytes. The next client bytes (or the end) close the exchange.
 //!
-//! Inside a response, a gap before the next segment is the application's
-//! (a "pause") unless the server was waiting: for a client ACK (the segment
-//! follows it within the round trip to the server) or held by Nagle.
+//! A gap before the next segment of the message being sent is, in order:
+//! - a Nagle stall, when the segment was held until a delayed ACK;
+//! - loss, when the segment is a re-send, was sent by the sender's loss
+//!   timer (a probe, Nagle + loss included), or skips bytes that went missing
+//!   after a gap as long as a loss timer;
+//! - network, when it follows the receiver's ACK within the round trip to
+//!   the sender (flow control, congestion window): one more round trip;
+//! - else the sender's own pause: the server application inside its response
+//!   (think time), or the client inside its request (e.g. waiting for `100
+//!   Continue`), which is never the server's.
+//!
+//! The wait before the first response byte is think time, unless that byte
+//! skips missing bytes after a loss timer's gap: then the first bytes were lost.
 
+use super::timer::LOSS_TIMER_MIN_NS;
 use super::{Exchange, Stall};
 use crate::tcp::{DataClass, Event, EventKind, Side};
 
@@ -23,16 +34,62 @@ pub const PAUSE_MIN_NS: i64 = 2_000_000;
 #[derive(Debug, Default)]
 pub struct Exchanges {
     phase: Phase,
-    /// Last pure ACK from the client while the response was being sent.
-    client_ack_ts: Option<i64>,
+    /// Last pure ACK from the side receiving the message being sent.
+    peer_ack_ts: Option<i64>,
+    /// End of each side's highest new bytes (0 before any: the first byte is
+    /// relative sequence 1, handshake captured or not).
+    hi: [i64; 2],
+    /// Last new request segment (a re-sent one may have been needless).
+    req_new_last: i64,
+}
+
+/// How a segment that continues a message was let go.
+struct Gap {
+    /// Since the sender's previous segment, ns.
+    ns: i64,
+    /// Nagle stall time, if plainly held.
+    held: i64,
+    /// Released by a loss: a probe, or bytes skipped after a loss timer's gap.
+    lost: bool,
+    /// Released by the receiver's ACK.
+    released: bool,
+}
+
+impl Gap {
+    /// Adds the gap to `x`: `pause` is the sender's own pause counter.
+    fn charge(
+        &self,
+        x: &mut Exchange,
+        stall: fn(&mut Exchange) -> &mut i64,
+        pause: fn(&mut Exchange) -> &mut i64,
+        rtt: i64,
+    ) {
+        if self.held > 0 {
+            let s = stall(x);
+            *s = s.saturating_add(self.held);
+        } else if self.lost {
+            x.loss = x.loss.saturating_add(self.ns);
+        } else if self.released {
+            // Waited for the receiver's ACK: one more round trip.
+            x.rounds += u32::from(self.ns > 0 && self.ns >= rtt / 2);
+        } else if self.ns >= PAUSE_MIN_NS {
+            let p = pause(x);
+            *p = p.saturating_add(self.ns);
+        }
+    }
 }
 
 impl Exchanges {
-    /// Feeds one event (and the stall the Nagle detector found on it, if any).
+    /// Feeds one event, the stall the Nagle detector found on it (if any),
+    /// whether the sender's loss timer sent it, and the round trips from the
+    /// capture point to [client, server] (ns).
     #[inline]
-    pub fn step(&mut self, ev: &Event, stall: Option<&Stall>, rtt_to_server: i64) -> Option<Exchange> {
-        if ev.kind == EventKind::Ack && ev.from == Side::Client && matches!(self.phase, Phase::Response(_)) {
-            self.client_ack_ts = Some(ev.ts_ns);
+    pub fn step(&mut self, ev: &Event, stall: Option<&Stall>, probe: bool, rtt: [i64; 2]) -> Option<Exchange> {
+        if ev.kind == EventKind::Ack {
+            if matches!((&self.phase, ev.from), (Phase::Response(_), Side::Client) | (Phase::Request(_), Side::Server))
+            {
+                self.peer_ack_ts = Some(ev.ts_ns);
+            }
             return None;
         }
         if let EventKind::Data { class: DataClass::Retransmission { .. }, .. } = ev.kind {
@@ -51,36 +108,47 @@ impl Exchanges {
             }
             return None;
         }
-        let EventKind::Data { len, class: DataClass::New, .. } = ev.kind else {
+        let EventKind::Data { seq, len, class: DataClass::New } = ev.kind else {
             return None;
         };
         let t = ev.ts_ns;
         let bytes = u64::from(len);
-        let held = stall.map_or(0, |s| s.stall_ns);
+        let hi = &mut self.hi[ev.from.idx()];
+        let skips = seq > (*hi).max(1);
+        *hi = (*hi).max(seq + i64::from(len));
+        let held = stall.filter(|s| !s.timer).map_or(0, |s| s.stall_ns);
+        let gap = |last: i64, peer_ack: Option<i64>| {
+            let ns = t - last;
+            Gap {
+                ns,
+                held,
+                lost: held == 0 && (probe || (skips && ns >= LOSS_TIMER_MIN_NS)),
+                released: peer_ack
+                    .is_some_and(|a| a > last && t - a <= 2 * rtt[ev.from.idx()] + super::nagle::PROMPT_SLACK_NS),
+            }
+        };
+        let round_trip = rtt[0] + rtt[1];
         // Mutate in place: this runs on every data segment.
         match (&mut self.phase, ev.from) {
             (Phase::Request(x), Side::Client) => {
+                gap(x.req_last, self.peer_ack_ts).charge(x, |x| &mut x.req_stall, |x| &mut x.req_pause, round_trip);
                 x.req_last = t;
+                self.req_new_last = t;
                 x.req_bytes += bytes;
-                x.req_stall = x.req_stall.saturating_add(held);
                 None
             }
             (Phase::Response(x), Side::Server) => {
-                // Released by an ACK (flow control, congestion window, Nagle):
-                // the segment follows that ACK within the round trip to the server.
-                let released = matches!(self.client_ack_ts,
-                    Some(a) if a > x.resp_last && t - a <= 2 * rtt_to_server + super::nagle::PROMPT_SLACK_NS);
-                let pause = t - x.resp_last;
-                if held == 0 && !released && pause >= PAUSE_MIN_NS {
-                    x.resp_pause = x.resp_pause.saturating_add(pause);
-                }
+                gap(x.resp_last, self.peer_ack_ts).charge(x, |x| &mut x.resp_stall, |x| &mut x.resp_pause, round_trip);
                 x.resp_last = t;
                 x.resp_bytes += bytes;
-                x.resp_stall = x.resp_stall.saturating_add(held);
                 x.last_frame = ev.frame;
                 None
             }
             (Phase::Request(x), Side::Server) => {
+                if skips && t - self.req_new_last >= LOSS_TIMER_MIN_NS {
+                    // The response's first bytes went missing: the wait was for their re-send.
+                    x.first_loss = t - x.req_last;
+                }
                 x.resp_first = t;
                 x.resp_last = t;
                 x.resp_bytes = bytes;
@@ -88,16 +156,19 @@ impl Exchanges {
                 x.last_frame = ev.frame;
                 let x = *x;
                 self.phase = Phase::Response(x);
-                self.client_ack_ts = None;
+                self.peer_ack_ts = None;
                 None
             }
             (Phase::Response(x), Side::Client) => {
                 let done = *x;
                 self.phase = Phase::Request(start(ev, bytes, held));
+                self.peer_ack_ts = None;
+                self.req_new_last = t;
                 Some(done)
             }
             (Phase::Idle, Side::Client) => {
                 self.phase = Phase::Request(start(ev, bytes, held));
+                self.req_new_last = t;
                 None
             }
             // The server speaks first (a banner): not a request/response exchange.
@@ -122,6 +193,7 @@ fn start(ev: &Event, bytes: u64, held: i64) -> Exchange {
         req_stall: held,
         first_frame: ev.frame,
         last_frame: ev.frame,
+        rounds: 1,
         ..Exchange::default()
     }
 }
@@ -142,7 +214,8 @@ mod tests {
         s.data(41 * MS, Client, 100);
         s.data(42 * MS, Server, 800);
         let mut x = Exchanges::default();
-        let mut got: Vec<Exchange> = s.events.iter().filter_map(|e| x.step(e, None, 20 * US)).collect();
+        let mut got: Vec<Exchange> =
+            s.events.iter().filter_map(|e| x.step(e, None, false, [20 * US, 20 * US])).collect();
         got.extend(x.finish());
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].req_bytes, got[0].resp_bytes), (100, 800));
@@ -162,7 +235,7 @@ mod tests {
         s.data(50 * MS + 230 * US, Server, 600); // right after the ACK: released by it, not a pause
         s.data(60 * MS, Client, 100);
         let mut x = Exchanges::default();
-        let got: Vec<Exchange> = s.events.iter().filter_map(|e| x.step(e, None, 20 * US)).collect();
+        let got: Vec<Exchange> = s.events.iter().filter_map(|e| x.step(e, None, false, [20 * US, 20 * US])).collect();
         assert_eq!(got.len(), 1);
         let pause = got[0].resp_pause;
         assert_eq!(pause, (45 * MS - 50 * US) + (50 * MS + 100 * US - 45 * MS));
@@ -174,7 +247,7 @@ mod tests {
         s.data(0, Server, 20);
         s.data(MS, Client, 10);
         let mut x = Exchanges::default();
-        assert!(s.events.iter().all(|e| x.step(e, None, 0).is_none()));
+        assert!(s.events.iter().all(|e| x.step(e, None, false, [0, 0]).is_none()));
         assert!(x.finish().is_none());
     }
 }

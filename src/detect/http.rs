@@ -1,4 +1,5 @@
-//! Just enough HTTP/1 reading to name the server software in advice.
+//! Just enough HTTP/1 reading to name the server software in advice and to
+//! see a request that waits for `100 Continue`.
 
 /// The `Server:` header value of an HTTP/1 response head, if the captured
 /// payload holds it.
@@ -19,9 +20,44 @@ pub fn server_header(payload: &[u8]) -> Option<&str> {
     })
 }
 
+/// Bytes of a request's first segment searched for its head.
+const HEAD_MAX: usize = 8192;
+
+/// Length of an HTTP/1 request head that asks `Expect: 100-continue`, when
+/// the payload holds the whole head (within its first 8 KiB).
+pub fn expect_continue(payload: &[u8]) -> Option<usize> {
+    let head = &payload[..payload.len().min(HEAD_MAX)];
+    let len = head.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let mut lines = head[..len - 4].split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let request_line = lines.next()?;
+    if !request_line.first().is_some_and(u8::is_ascii_uppercase) || !request_line.ends_with(b" HTTP/1.1") {
+        return None;
+    }
+    let asks = lines.any(|line| {
+        let Some(colon) = line.iter().position(|&b| b == b':') else { return false };
+        line[..colon].eq_ignore_ascii_case(b"expect")
+            && line[colon + 1..].trim_ascii().eq_ignore_ascii_case(b"100-continue")
+    });
+    asks.then_some(len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_expect_100_continue_in_a_whole_request_head() {
+        let head = b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nexpect:  100-Continue \r\n\r\n";
+        assert_eq!(expect_continue(head), Some(head.len()));
+        let mut with_body = head.to_vec();
+        with_body.extend_from_slice(b"hello");
+        assert_eq!(expect_continue(&with_body), Some(head.len()));
+        // Not asked, not whole, not a request, or after the head.
+        assert_eq!(expect_continue(b"POST / HTTP/1.1\r\nExpect:\r\n\r\n"), None);
+        assert_eq!(expect_continue(b"POST / HTTP/1.1\r\nExpect: 100-continue\r\n"), None);
+        assert_eq!(expect_continue(b"HTTP/1.1 100 Continue\r\nExpect: 100-continue\r\n\r\n"), None);
+        assert_eq!(expect_continue(b"POST / HTTP/1.1\r\n\r\nExpect: 100-continue\r\n\r\n"), None);
+    }
 
     #[test]
     fn finds_the_server_header() {

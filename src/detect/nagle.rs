@@ -69,6 +69,7 @@ impl Nagle {
                             held_frame: ev.frame,
                             ack_delay_ns: l.delay,
                             stall_ns: ev.ts_ns - s.ts,
+                            timer: false,
                         })
                     }
                     _ => None,

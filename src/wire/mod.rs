@@ -50,8 +50,8 @@ pub struct Segment<'a> {
     pub window: u16,
     /// Payload length on the wire, from the IP length (not cut by the snap length).
     pub len: u32,
-    /// Options the tracker uses; parsed on SYN segments only (the others'
-    /// options carry nothing the analysis uses), default elsewhere.
+    /// Options the tracker uses: all of them on SYN segments; on the others
+    /// only the timestamps (whose echo tells whether an ACK reached its sender).
     pub options: TcpOptions,
     /// The captured part of the payload (may be shorter than `len`).
     pub payload: &'a [u8],
@@ -136,7 +136,11 @@ pub fn decode(
         flags: tcp.flags(),
         window: tcp.window(),
         len: len as u32,
-        options: if tcp.flags().syn() { tcp.options() } else { TcpOptions::default() },
+        options: if tcp.flags().syn() {
+            tcp.options()
+        } else {
+            TcpOptions { timestamps: tcp.timestamps(), ..TcpOptions::default() }
+        },
         payload: &payload[..payload.len().min(len)],
     }))
 }

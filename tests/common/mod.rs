@@ -53,6 +53,8 @@ pub fn kinds(r: &Report) -> Vec<&'static str> {
             Finding::SynRetransmission(_) => "syn_retransmission",
             Finding::ZeroWindow(_) => "zero_window",
             Finding::AppLatency(_) => "app_latency",
+            Finding::Expect100Continue(_) => "expect_100_continue",
+            Finding::NetworkLatency(_) => "network_latency",
         })
         .collect();
     k.sort();

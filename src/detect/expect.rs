@@ -1,0 +1,107 @@
+//! `Expect: 100-continue`: a client sends its request head, then waits for
+//! the server's `100 Continue` before the body. A server that never answers
+//! it leaves the client to its own timeout (curl: 1 s) before the body goes:
+//! time that is the client's waiting, neither the server's nor TCP's.
+//!
+//! Signature: a request's first segment holds a whole head asking for it and
+//! nothing after the head; the client's next new bytes come with no server
+//! data in between, more than [`EXPECT_WAIT_MIN_NS`] beyond the round trip
+//! later. Server data in between (the `100 Continue` or a final status) ends
+//! the watch: nothing is found.
+
+use super::{Observation, http};
+use crate::tcp::{ConnInfo, DataClass, Event, EventKind, Side};
+
+/// A wait longer than the round trip by this much is the client's own.
+pub const EXPECT_WAIT_MIN_NS: i64 = 10_000_000;
+
+/// Per-connection state.
+#[derive(Debug, Default)]
+pub struct Expect {
+    /// The head that asked: its time and frame.
+    waiting: Option<(i64, u64)>,
+    /// Sender of the last new bytes (a request starts when the client speaks after the server).
+    last: Option<Side>,
+}
+
+impl Expect {
+    /// Feeds one event; `payload` is its captured payload.
+    pub fn step(&mut self, info: &ConnInfo, ev: &Event, payload: &[u8]) -> Option<Observation> {
+        let EventKind::Data { len, class: DataClass::New, .. } = ev.kind else {
+            if matches!(ev.kind, EventKind::Syn { .. } | EventKind::Fin | EventKind::Rst) {
+                *self = Expect::default();
+            }
+            return None;
+        };
+        let starts = self.last != Some(Side::Client);
+        self.last = Some(ev.from);
+        if ev.from == Side::Server {
+            self.waiting = None;
+            return None;
+        }
+        if let Some((t, frame)) = self.waiting.take() {
+            let wait_ns = ev.ts_ns - t;
+            return (wait_ns - info.rtt() >= EXPECT_WAIT_MIN_NS)
+                .then_some(Observation::ExpectWait { wait_ns, frames: [frame, ev.frame] });
+        }
+        if starts && http::expect_continue(payload).is_some_and(|head| head as u64 >= u64::from(len)) {
+            self.waiting = Some((ev.ts_ns, ev.frame));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::build::{MS, Seq, US, info};
+    use crate::tcp::Side::{Client, Server};
+
+    const HEAD: &[u8] = b"POST /upload HTTP/1.1\r\nHost: h\r\nContent-Length: 4096\r\nExpect: 100-continue\r\n\r\n";
+
+    fn run(s: &Seq, payloads: &[&[u8]]) -> Vec<Observation> {
+        let i = info(20 * US, 20 * US);
+        let mut x = Expect::default();
+        s.events
+            .iter()
+            .enumerate()
+            .filter_map(|(k, e)| x.step(&i, e, payloads.get(k).copied().unwrap_or(&[])))
+            .collect()
+    }
+
+    /// curl against a server that never answers 100: the body follows one second later.
+    #[test]
+    fn unanswered_expect_is_a_client_wait() {
+        let mut s = Seq::new();
+        let head = s.data(0, Client, HEAD.len() as u32);
+        s.ack(40 * MS, Server);
+        let body = s.data(1001 * MS, Client, 4096);
+        s.data(1002 * MS, Server, 100);
+        let got = run(&s, &[HEAD]);
+        assert_eq!(got, [Observation::ExpectWait { wait_ns: 1001 * MS, frames: [head, body] }]);
+    }
+
+    /// The server answers 100 Continue: the client was not left waiting.
+    #[test]
+    fn answered_expect_is_nothing() {
+        let mut s = Seq::new();
+        s.data(0, Client, HEAD.len() as u32);
+        s.data(100 * US, Server, 25);
+        s.data(200 * US, Client, 4096);
+        s.data(1200 * US, Server, 100);
+        assert!(run(&s, &[HEAD, b"HTTP/1.1 100 Continue\r\n\r\n"]).is_empty());
+    }
+
+    /// Head and body in one segment, or a head without the header: nothing waits.
+    #[test]
+    fn no_wait_without_the_header_or_with_the_body_along() {
+        let mut s = Seq::new();
+        s.data(0, Client, HEAD.len() as u32 + 10);
+        s.data(900 * MS, Client, 4096);
+        assert!(run(&s, &[HEAD]).is_empty());
+        let mut s = Seq::new();
+        s.data(0, Client, 60);
+        s.data(900 * MS, Client, 4096);
+        assert!(run(&s, &[b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 4096\r\n\r\n"]).is_empty());
+    }
+}
