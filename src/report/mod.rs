@@ -166,6 +166,7 @@ pub enum Finding {
     /// The responder itself is slow (think time).
     AppLatency(AppLatencyFinding),
     /// Clients wait for a `100 Continue` the server never sends.
+    #[serde(rename = "expect_100_continue")]
     Expect100Continue(ExpectFinding),
     /// The exchanges' time is mostly the path's round trip.
     NetworkLatency(NetworkLatencyFinding),

@@ -87,6 +87,9 @@ pub fn check_against_oracle(dir: &Path) -> usize {
         for other in want["other_kinds"].as_array().unwrap() {
             assert!(k.contains(&other.as_str().unwrap()), "{name}: {other} missing from {k:?}");
         }
+        for absent in want["absent_kinds"].as_array().into_iter().flatten() {
+            assert!(!k.contains(&absent.as_str().unwrap()), "{name}: {absent} found: {:#?}", r.findings);
+        }
     }
     expected.len()
 }
