@@ -12,7 +12,7 @@ use crate::report::{
     self, AppLatencyFinding, Breakdown, EndpointRole, Finding, HostRole, NagleFinding, Report, RetransFinding,
     SynFinding, ZeroWindowFinding,
 };
-use crate::tcp::Side;
+use crate::tcp::{CapturePoint, Side};
 use crate::wire::Endpoint;
 
 /// Builds the report from everything the files produced.
@@ -124,6 +124,7 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<St
     let stall = a.stalls.spread();
     let acks = a.acks.spread();
     let lossy = a.with_loss.spread();
+    let (rtt_c, rtt_s) = (a.rtt_to(Side::Client), a.rtt_to(Side::Server));
     let what = if side == Side::Server { "responses" } else { "requests" };
     let sw = software.as_deref().map(|s| format!(", \"{}\"", crate::report::escape::clean(s))).unwrap_or_default();
     // A stall in a request whose response never came is not a finished exchange.
@@ -163,7 +164,11 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<St
         connections: a.connections,
         stall_ms: stall,
         ack_delay_ms: acks,
+        ack_seen_ms: a.seen.spread(),
         ack_timer: ack_timer(acks.p50),
+        capture_point: CapturePoint::from_rtt(rtt_c, rtt_s).name(),
+        rtt_to_client_ms: rtt_c.map(ms),
+        rtt_to_server_ms: rtt_s.map(ms),
         time_lost_ms: ms(lost_ns),
         example_frames: a.examples.clone(),
         with_loss: a.with_loss.count(),
@@ -324,6 +329,47 @@ mod tests {
     use super::*;
     use crate::detect::{Exchange, Stall, Times};
 
+    /// Stalls of a server captured next to it, 80 ms from the client whose timer is 42 ms.
+    #[test]
+    fn the_timer_is_named_from_the_ackers_delay_not_from_what_the_capture_point_saw() {
+        let mut a = NagleAgg::default();
+        let path = 80_000_000;
+        for i in 0..5 {
+            let timer = 42_000_000 + i * 100_000;
+            let s = Stall {
+                nagle: Side::Server,
+                small_frame: 1,
+                ack_frame: 2,
+                held_frame: 3,
+                ack_delay_ns: timer,
+                ack_seen_ns: timer + path,
+                stall_ns: timer + path,
+                timer: false,
+            };
+            a.add([10, 0, 0, 2].into(), &s);
+        }
+        a.add_rtt([Some(path), Some(30_000)], 3);
+        a.add_rtt([Some(path), None], 2);
+        let ep = Endpoint { ip: [10, 0, 0, 1].into(), port: 61000 };
+        let f = nagle_finding(ep, &a, 5, None);
+        assert!(f.ack_timer.starts_with("Linux"), "{}", f.ack_timer);
+        assert!((42.0..42.5).contains(&f.ack_delay_ms.p50) && (122.0..122.5).contains(&f.ack_seen_ms.p50), "{f:?}");
+        assert_eq!((f.capture_point, f.rtt_to_client_ms, f.rtt_to_server_ms), ("near_server", Some(80.0), Some(0.03)));
+        // One connection with the roles the other way round does not flip the finding.
+        let s = Stall {
+            nagle: Side::Client,
+            small_frame: 1,
+            ack_frame: 2,
+            held_frame: 3,
+            ack_delay_ns: 1,
+            ack_seen_ns: 1,
+            stall_ns: 1,
+            timer: false,
+        };
+        a.add([10, 0, 0, 2].into(), &s);
+        assert_eq!(nagle_finding(ep, &a, 6, None).nagle_side.role, "server");
+    }
+
     fn app_summary(with_nagle: bool) -> String {
         let server = Endpoint { ip: [127, 0, 0, 1].into(), port: 8080 };
         let mut m = FileResult::default();
@@ -339,6 +385,7 @@ mod tests {
                 ack_frame: 2,
                 held_frame: 3,
                 ack_delay_ns: 40_000_000,
+                ack_seen_ns: 40_000_000,
                 stall_ns: 40_000_000,
                 timer: false,
             };
@@ -368,6 +415,7 @@ mod tests {
                 ack_frame: if timer { 0 } else { 5 * k + 2 },
                 held_frame: 5 * k + 3,
                 ack_delay_ns: if timer { 0 } else { 44_000_000 },
+                ack_seen_ns: if timer { 0 } else { 44_000_000 },
                 stall_ns: if timer { 232_000_000 } else { 44_000_000 },
                 timer,
             };

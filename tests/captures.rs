@@ -7,7 +7,8 @@ use serde_json::Value;
 use std::process::Command;
 use tcpdoctor::analyze::{Options, analyze};
 use tcpdoctor::capture::Capture;
-use tcpdoctor::report::{Finding, Report};
+use tcpdoctor::report::{Finding, Report, RowKind};
+use tcpdoctor::tcp::Side;
 
 use common::{data, kinds, nagle, run};
 
@@ -216,6 +217,50 @@ fn veth_between_namespaces_with_vlan_tags_captured_at_the_client() {
 }
 
 #[test]
+fn a_capture_started_mid_stream_names_the_server_though_its_port_is_above_the_clients() {
+    let r = assert_nagle("midstream_port61000.pcap", "10.99.0.1:61000", "server", 86..=99);
+    let f = nagle(&r)[0];
+    assert_eq!(f.delayed_ack_side.host, "10.99.0.2");
+    assert!(f.fix[0].contains("server's sockets"), "the fix is addressed to the server: {:?}", f.fix);
+    assert_eq!(r.connections.len(), 4);
+    for c in &r.connections {
+        assert_eq!((c.server.as_str(), c.roles_from), ("10.99.0.1:61000", "content"), "{c:?}");
+        assert!(c.client.starts_with("10.99.0.2:2"), "{c:?}");
+    }
+    assert_eq!(r.breakdown.len(), 1);
+    assert!(r.warnings.is_empty(), "nothing guessed: {:?}", r.warnings);
+    let text = tcpdoctor::report::render(&r);
+    assert!(!text.contains("61000?"), "no guessed roles marked:\n{text}");
+    // The ladder of a connection whose first packets came before its first data: turned round with it.
+    let cap = Capture::open(&data("midstream_port61000.pcap")).unwrap();
+    let flow = analyze(&[cap], &Options { flow: Some("1".into()), ladder_rows: 8, ..Options::default() }).unwrap();
+    let rows = flow.ladder.unwrap().rows;
+    assert_eq!((rows[0].kind, rows[0].from), (RowKind::Ack, Side::Client), "the client's delayed ACK");
+    assert_eq!((rows[1].kind, rows[1].from), (RowKind::Data, Side::Server), "the rest of a response");
+}
+
+#[test]
+fn watch_names_the_same_server_on_the_mid_stream_capture() {
+    use tcpdoctor::watch::{Options, Watch};
+    let cap = Capture::open(&data("midstream_port61000.pcap")).unwrap();
+    let mut w = Watch::new(&Options::default(), None);
+    let mut packets = cap.packets().unwrap();
+    while let Some(p) = packets.next() {
+        w.packet(p.link, p.ts_ns, p.data, p.orig_len);
+    }
+    let findings = w.findings();
+    assert!(findings.len() >= 5, "{findings:?}");
+    assert!(findings.iter().all(|f| f.server == "10.99.0.1:61000" && f.role == "server"), "{findings:?}");
+    assert!(findings.iter().all(|f| f.ack_delay_ms.is_some_and(|d| (40.0..50.0).contains(&d))), "{findings:?}");
+    // No slot for a client endpoint, not even for one whose first packet came before its first data.
+    assert_eq!(w.endpoints(), 1);
+    let end = w.finish();
+    let rows: Vec<&str> = end.rows.iter().map(|r| r.server.as_str()).collect();
+    assert_eq!(rows, ["10.99.0.1:61000"]);
+    assert!(end.verdict[0].contains("from 10.99.0.1:61000 (server"), "{:?}", end.verdict);
+}
+
+#[test]
 fn several_files_are_merged_and_ids_carry_the_file() {
     let caps: Vec<_> = ["nginx_nodelay_off.pcap", "nginx_nodelay_on.pcap", "think45.pcap"]
         .iter()
@@ -261,8 +306,16 @@ fn json_contract() {
         assert!(f[k].is_number(), "{k}");
     }
     for k in ["p50", "p90", "p99", "max"] {
-        assert!(f["stall_ms"][k].is_number(), "stall_ms.{k}");
+        for spread in ["stall_ms", "ack_delay_ms", "ack_seen_ms"] {
+            assert!(f[spread][k].is_number(), "{spread}.{k}");
+        }
     }
+    // Loopback: the capture point is next to both ends.
+    assert_eq!(f["capture_point"], "near_both");
+    assert!(f["rtt_to_client_ms"].as_f64().is_some_and(|x| x < 1.0) && f["rtt_to_server_ms"].is_number());
+    let c = &v["connections"][0];
+    assert_eq!((&c["roles_from"], &c["capture_point"]), (&Value::from("handshake"), &Value::from("near_both")));
+    assert!(c["rtt_to_client_ms"].is_number() && c["rtt_to_server_ms"].is_number());
     assert!(f["example_frames"].as_array().is_some_and(|a| !a.is_empty()));
     assert_eq!(v["schema"], 1);
     // The worst stalled exchange's rows: the request, then the small segment.

@@ -80,18 +80,84 @@ fn sequence_numbers_wrapping_mid_connection_change_nothing() {
     assert_eq!(after.connections[0].retransmissions, 0, "a wrap is not a retransmission");
 }
 
+/// Cuts every frame after its TCP header, as `tcpdump -s` with a small snap length does.
+fn strip_payload(p: &mut Pcap) {
+    for (h, f) in &mut p.records {
+        let (t, _) = tcp_at(f);
+        f.truncate(t + usize::from(f[t + 12] >> 4) * 4);
+        h[8..12].copy_from_slice(&(f.len() as u32).to_le_bytes());
+    }
+}
+
+/// Moves port `from` to `to` in every frame (checksums are not checked).
+fn move_port(p: &mut Pcap, from: u16, to: u16) {
+    for (_, f) in &mut p.records {
+        let (t, _) = tcp_at(f);
+        for at in [t, t + 2] {
+            if f[at..at + 2] == from.to_be_bytes() {
+                f[at..at + 2].copy_from_slice(&to.to_be_bytes());
+            }
+        }
+    }
+}
+
+fn server_nagle_found(r: &Report) {
+    let n = nagle(r);
+    assert_eq!(n.len(), 1, "{:#?}", r.findings);
+    assert_eq!((n[0].nagle_side.endpoint.as_str(), n[0].nagle_side.role), ("127.0.0.1:28101", "server"));
+    assert!(n[0].stalls >= 27);
+}
+
 #[test]
-fn capture_started_after_the_handshake_guesses_roles_by_port_and_says_so() {
+fn capture_started_after_the_handshake_takes_the_roles_from_the_request_line() {
     let mut p = read("wwr_nagle.pcap");
     p.records.drain(..3); // SYN, SYN-ACK, ACK
     let r = p.analyze();
-    let n = nagle(&r);
-    assert_eq!(n.len(), 1);
-    assert_eq!(n[0].nagle_side.endpoint, "127.0.0.1:28101");
-    assert_eq!(n[0].nagle_side.role, "server");
-    assert!(n[0].stalls >= 27);
+    server_nagle_found(&r);
+    assert_eq!(r.connections[0].roles_from, "content");
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+}
+
+#[test]
+fn without_payload_the_ephemeral_port_tells_the_roles_then_the_lower_port_guesses_and_says_so() {
+    let mut p = read("wwr_nagle.pcap");
+    p.records.drain(..3);
+    strip_payload(&mut p);
+    let r = p.analyze();
+    server_nagle_found(&r);
+    // The client's port, 45144, is in Linux's default ephemeral range; 28101 is not.
+    assert_eq!(r.connections[0].roles_from, "ephemeral_port");
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    // A client port outside it (and above the server's): only the lower port is left, a guess.
+    move_port(&mut p, 45144, 30001);
+    let r = p.analyze();
+    server_nagle_found(&r);
     assert_eq!(r.connections[0].roles_from, "lower_port");
     assert!(r.warnings.iter().any(|w| w.contains("lower port")), "{:?}", r.warnings);
+}
+
+#[test]
+fn a_mid_stream_capture_without_payload_takes_the_roles_from_the_shared_server_endpoint() {
+    // Server port 61000, client ports 20000-30000, neither in an ephemeral
+    // range here: only the endpoint the four connections share tells.
+    let mut p = read("midstream_port61000.pcap");
+    strip_payload(&mut p);
+    let r = p.analyze();
+    let n = nagle(&r);
+    assert_eq!(n.len(), 1, "{:#?}", r.findings);
+    assert_eq!((n[0].nagle_side.endpoint.as_str(), n[0].nagle_side.role), ("10.99.0.1:61000", "server"));
+    assert_eq!((n[0].delayed_ack_side.host.as_str(), n[0].delayed_ack_side.role), ("10.99.0.2", "client"));
+    assert!(n[0].stalls >= 86, "{}", n[0].stalls);
+    for c in &r.connections {
+        assert_eq!((c.server.as_str(), c.roles_from), ("10.99.0.1:61000", "shared_endpoint"), "{c:?}");
+    }
+    // The first connection's first data came before any other connection:
+    // guessed wrong by port, corrected once the others showed the server.
+    assert!(
+        r.warnings.iter().any(|w| w.contains("swapped by later evidence (first: connection 1,")),
+        "{:?}",
+        r.warnings
+    );
 }
 
 #[test]

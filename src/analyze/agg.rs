@@ -49,9 +49,9 @@ impl<const N: usize> Kept<N> {
 }
 
 /// Endpoints (or endpoint and side) each per-file map keeps aggregates for.
-/// Each costs one to three histograms (13 KiB each), so a stream of endless
+/// Each costs one to four histograms (13 KiB each), so a stream of endless
 /// distinct servers, or of client-side Nagle stalls from endless client ports,
-/// stays within ~70 MiB in all; observations of further endpoints are counted
+/// stays within ~75 MiB in all; observations of further endpoints are counted
 /// and dropped.
 pub(crate) const MAX_ENDPOINTS: usize = 512;
 
@@ -68,10 +68,20 @@ pub(crate) const EXAMPLES: usize = 5;
 
 #[derive(Default)]
 pub(crate) struct NagleAgg {
+    /// The role most of its stalls gave it (a connection whose roles were
+    /// guessed wrong must not flip the finding).
     pub(crate) side: Option<Side>,
+    /// Stalls by the role it had on their connection.
+    pub(crate) votes: [u64; 2],
     pub(crate) peer: Option<IpAddr>,
     pub(crate) stalls: Dist,
+    /// The ACKer's own delay (round trip removed), and as seen at the capture point.
     pub(crate) acks: Dist,
+    pub(crate) seen: Dist,
+    /// Round trips from the capture point to [client, server] of its stalled
+    /// connections (as measured by their end), weighted by their stalls.
+    pub(crate) rtt_sum: [i64; 2],
+    pub(crate) rtt_n: [u64; 2],
     pub(crate) lost_ns: i64,
     /// Exchanges on the connections that stalled.
     pub(crate) exchanges: u64,
@@ -134,6 +144,10 @@ pub(crate) struct FileResult {
     pub(crate) conns: Vec<report::Connection>,
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
+    /// Connections whose roles were swapped by later evidence after something
+    /// was observed, or contradicted by content; the first of each (connection id, frame).
+    pub(crate) roles_corrected: (u64, Option<(String, u64)>),
+    pub(crate) roles_contradicted: (u64, Option<(String, u64)>),
     /// Ladders of the worst stalled exchanges, at most [`STALLED_PER_CONN`] per connection.
     pub(crate) stalled: Kept<STALLED_LADDERS>,
     /// Ladders of the slowest exchange of connections without a stall.
@@ -153,7 +167,8 @@ pub(crate) fn push_example(v: &mut Vec<u64>, frames: &[u64], per: usize) {
 impl NagleAgg {
     /// Adds a stall held by this endpoint; `peer` delayed its ACK.
     pub(crate) fn add(&mut self, peer: IpAddr, s: &Stall) {
-        self.side = Some(s.nagle);
+        self.votes[s.nagle.idx()] += 1;
+        self.side = Some(self.majority());
         self.peer = Some(peer);
         if s.timer {
             self.with_loss.record(s.stall_ns);
@@ -163,8 +178,30 @@ impl NagleAgg {
         }
         self.stalls.record(s.stall_ns);
         self.acks.record(s.ack_delay_ns);
+        self.seen.record(s.ack_seen_ns);
         self.lost_ns = self.lost_ns.saturating_add(s.stall_ns);
         push_example(&mut self.examples, &[s.small_frame, s.ack_frame, s.held_frame], 3);
+    }
+
+    fn majority(&self) -> Side {
+        if self.votes[Side::Client.idx()] > self.votes[Side::Server.idx()] { Side::Client } else { Side::Server }
+    }
+
+    /// Adds a connection that stalled `stalls` times, with its round trips
+    /// from the capture point to [client, server].
+    pub(crate) fn add_rtt(&mut self, rtt_to: [Option<i64>; 2], stalls: u64) {
+        for (i, rtt) in rtt_to.iter().enumerate() {
+            if let Some(r) = rtt {
+                self.rtt_sum[i] = self.rtt_sum[i].saturating_add(r.saturating_mul(stalls as i64));
+                self.rtt_n[i] += stalls;
+            }
+        }
+    }
+
+    /// Mean round trip from the capture point to `side` over the stalls, ns.
+    pub(crate) fn rtt_to(&self, side: Side) -> Option<i64> {
+        let n = self.rtt_n[side.idx()];
+        (n > 0).then(|| self.rtt_sum[side.idx()] / n as i64)
     }
 }
 
@@ -286,10 +323,18 @@ impl FileResult {
     pub(crate) fn merge(&mut self, f: FileResult, inputs: &mut Vec<report::Input>) {
         inputs.push(f.input);
         merge_map(&mut self.nagle, f.nagle, |a, b| {
-            a.side = a.side.or(b.side);
+            a.votes = [a.votes[0] + b.votes[0], a.votes[1] + b.votes[1]];
+            if a.side.or(b.side).is_some() {
+                a.side = Some(a.majority());
+            }
             a.peer = a.peer.or(b.peer);
             a.stalls.merge(&b.stalls);
             a.acks.merge(&b.acks);
+            a.seen.merge(&b.seen);
+            for i in 0..2 {
+                a.rtt_sum[i] = a.rtt_sum[i].saturating_add(b.rtt_sum[i]);
+                a.rtt_n[i] += b.rtt_n[i];
+            }
             a.lost_ns = a.lost_ns.saturating_add(b.lost_ns);
             a.exchanges += b.exchanges;
             a.connections += b.connections;

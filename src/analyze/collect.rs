@@ -6,7 +6,7 @@ use super::agg::{FileResult, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, S
 use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
 use crate::report::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
 use crate::tcp::table::Totals;
-use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, Side, Sink};
+use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, RolesDoubt, Side, Sink};
 use crate::wire::{Endpoint, Segment};
 use rustc_hash::FxHashMap;
 
@@ -51,6 +51,8 @@ struct Acc {
     flow: Option<Vec<Row>>,
     flow_truncated: bool,
     flow_checked: bool,
+    /// Its roles were swapped after something had been observed in the old ones.
+    swapped_late: bool,
 }
 
 pub(super) struct Collector<'o> {
@@ -296,13 +298,39 @@ impl Sink<ConnState> for Collector<'_> {
         }
     }
 
+    /// Before a swap the detectors saw only events without payload, or one
+    /// direction's first message: they start over; the rows are kept, turned round.
+    fn swapped(&mut self, _info: &ConnInfo, state: &mut ConnState) {
+        state.det = Detectors::default();
+        let st = &mut state.acc;
+        st.swapped_late |= st.exchanges > 0 || st.stalls != [0, 0] || st.retrans > 0 || st.lost_ns > 0;
+        st.stalls.swap(0, 1);
+        st.server_slot = None;
+        let kept = st.stalled.iter_mut().map(|w| &mut w.1).chain(st.slowest.as_mut().map(|w| &mut w.0));
+        for rows in [&mut st.cur].into_iter().chain(st.flow.as_mut()).chain(kept) {
+            for r in rows.iter_mut() {
+                r.from = r.from.other();
+            }
+        }
+    }
+
     fn close(&mut self, info: &ConnInfo, state: ConnState, totals: &Totals) {
         let ConnState { mut det, acc: mut st } = state;
         det.finish(totals.last_ts, &mut |o| self.observe(info, &mut st, o));
+        let id = self.conn_id(info.id);
         if info.roles == RoleSource::LowerPort {
             self.r.guessed_roles += 1;
         }
-        let id = self.conn_id(info.id);
+        // A swap before anything was observed changed nothing that is reported.
+        let doubt = match info.roles_doubt {
+            Some(RolesDoubt::Corrected(f)) if st.swapped_late => Some((&mut self.r.roles_corrected, f)),
+            Some(RolesDoubt::Contradicted(f)) => Some((&mut self.r.roles_contradicted, f)),
+            _ => None,
+        };
+        if let Some(((count, first), frame)) = doubt {
+            *count += 1;
+            first.get_or_insert((id.clone(), frame));
+        }
         if let Some(slot) = self.server_slot(info, &mut st) {
             let server = &mut self.slots[slot].1;
             if server.software.is_none() {
@@ -315,6 +343,7 @@ impl Sink<ConnState> for Collector<'_> {
             {
                 a.exchanges += st.exchanges;
                 a.connections += 1;
+                a.add_rtt(info.rtt_to, st.stalls[side.idx()]);
             }
         }
         let dur = crate::report::text::dur;
@@ -344,14 +373,12 @@ impl Sink<ConnState> for Collector<'_> {
             (Some(a), Some(b)) => Some(report::ms(a + b)),
             _ => None,
         };
+        let [rtt_to_client_ms, rtt_to_server_ms] = info.rtt_to.map(|r| r.map(report::ms));
         self.r.conns.push(report::Connection {
             id,
             client: info.client.to_string(),
             server: info.server.to_string(),
-            roles_from: match info.roles {
-                RoleSource::Handshake => "handshake",
-                RoleSource::LowerPort => "lower_port",
-            },
+            roles_from: info.roles.name(),
             packets: totals.packets,
             bytes_to_server: totals.bytes[0],
             bytes_to_client: totals.bytes[1],
@@ -360,6 +387,9 @@ impl Sink<ConnState> for Collector<'_> {
             retransmissions: st.retrans,
             time_lost_ms: report::ms(st.lost_ns),
             rtt_ms: rtt,
+            capture_point: info.capture_point().name(),
+            rtt_to_client_ms,
+            rtt_to_server_ms,
             first_frame: totals.first_frame,
             duration_ms: report::ms(totals.last_ts - totals.first_ts),
         });

@@ -140,8 +140,20 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
     }
     if r.guessed_roles > 0 {
         r.warnings.push(format!(
-            "{}: {} connections started before the capture; their server was taken to be the end with the lower port",
+            "{}: {} connections started before the capture and showed nothing that tells client from server (no request or status line or TLS hello, no known server endpoint, no single ephemeral port); their server was taken to be the end with the lower port (marked ?)",
             cap.name, r.guessed_roles
+        ));
+    }
+    if let (n, Some((id, frame))) = &r.roles_corrected {
+        r.warnings.push(format!(
+            "{}: {n} connections started before the capture had their client and server swapped by later evidence (first: connection {id}, frame {frame}); what was found before the swap was counted with the roles the other way round",
+            cap.name
+        ));
+    }
+    if let (n, Some((id, frame))) = &r.roles_contradicted {
+        r.warnings.push(format!(
+            "{}: {n} connections started before the capture look like client on both sides or server on both sides (first: connection {id}, frame {frame}); the roles from the first data were kept",
+            cap.name
         ));
     }
     if tcp == 0 && other == 0 && bad == 0 && !unsupported.is_empty() {

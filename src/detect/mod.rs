@@ -25,13 +25,17 @@ pub struct Stall {
     pub ack_frame: u64,
     /// Frame of the held segment.
     pub held_frame: u64,
-    /// Small segment → its ACK, as seen at the capture point, ns.
+    /// The ACKing host's own delay: small segment → its ACK as seen at the
+    /// capture point, less the round trip from there to the ACKing host
+    /// (when measured), ns. The same whichever end the capture was taken at.
     pub ack_delay_ns: i64,
+    /// Small segment → its ACK, as seen at the capture point, ns.
+    pub ack_seen_ns: i64,
     /// Small segment → held segment: the time the held bytes lost, ns.
     pub stall_ns: i64,
     /// Nagle + loss: the ACK that would have released the held segment was
     /// lost, so the sender's loss timer sent it ([`timer`]). `ack_frame` is
-    /// then the lost ACK if the capture saw it, else 0, and `ack_delay_ns` its delay (or 0).
+    /// then the lost ACK if the capture saw it, else 0 (and its delays 0).
     pub timer: bool,
 }
 
@@ -199,13 +203,14 @@ impl Detectors {
             && p.prev_small
         {
             // Held behind a small segment and sent by the loss timer: Nagle + loss.
-            let (ack_frame, ack_delay_ns) = p.lost_ack.unwrap_or((0, 0));
+            let (ack_frame, ack_seen_ns) = p.lost_ack.unwrap_or((0, 0));
             stall = Some(Stall {
                 nagle: ev.from,
                 small_frame: p.prev_frame,
                 ack_frame,
                 held_frame: ev.frame,
-                ack_delay_ns,
+                ack_delay_ns: (ack_seen_ns - info.rtt_to(ev.from.other())).max(0),
+                ack_seen_ns,
                 stall_ns: p.since_ns,
                 timer: true,
             });
@@ -262,6 +267,8 @@ pub(crate) mod build {
             client: Endpoint { ip: [127, 0, 0, 1].into(), port: 40000 },
             server: Endpoint { ip: [127, 0, 0, 1].into(), port: 8080 },
             roles: RoleSource::Handshake,
+            roles_open: false,
+            roles_doubt: None,
             mss: [Some(1448), Some(1448)],
             rtt_to: [Some(rtt_client), Some(rtt_server)],
         }

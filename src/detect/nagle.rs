@@ -33,6 +33,9 @@ struct Small {
 struct LateAck {
     ts: i64,
     frame: u64,
+    /// As seen at the capture point.
+    seen: i64,
+    /// Less the round trip to the ACKer: its own timer.
     delay: i64,
 }
 
@@ -68,6 +71,7 @@ impl Nagle {
                             ack_frame: l.frame,
                             held_frame: ev.frame,
                             ack_delay_ns: l.delay,
+                            ack_seen_ns: l.seen,
                             stall_ns: ev.ts_ns - s.ts,
                             timer: false,
                         })
@@ -93,11 +97,14 @@ impl Nagle {
                 if w.late.is_some() || ack < s.end {
                     return None;
                 }
-                let delay = ev.ts_ns - s.ts;
+                let seen = ev.ts_ns - s.ts;
+                // The small segment reached the ACKer half a round trip after
+                // the capture point saw it, the ACK came back half one later.
+                let delay = seen - info.rtt_to(a);
                 let small = info.mss[a.other().idx()].is_none_or(|m| s.len < m);
-                let late = delay - info.rtt_to(a) >= LATE_NS && small && ev.window > 0;
+                let late = delay >= LATE_NS && small && ev.window > 0;
                 if late {
-                    w.late = Some(LateAck { ts: ev.ts_ns, frame: ev.frame, delay });
+                    w.late = Some(LateAck { ts: ev.ts_ns, frame: ev.frame, seen, delay });
                 } else {
                     // Acked in time (or not a Nagle case): nothing can be held on it.
                     w.last = None;
@@ -159,6 +166,42 @@ mod tests {
         let got = stalls(&info(0, 20 * US), &s);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].nagle, Client);
+    }
+
+    /// One server-held stall, the client's timer `timer`, a path of round
+    /// trip `path`, captured next to the server or next to the client (whose
+    /// stacks answer in 20 µs): the ACK seen at the capture point, and the
+    /// ACKing client's own delay.
+    fn at(near_server: bool, path: i64, timer: i64) -> (i64, i64) {
+        let mut s = Seq::new();
+        s.data(0, Client, 80);
+        let (info, ack) = if near_server {
+            s.data(20 * US, Server, 120);
+            // To the client, its timer, back.
+            s.ack(20 * US + path + timer, Client);
+            s.data(40 * US + path + timer, Server, 600);
+            (info(path, 20 * US), path + timer)
+        } else {
+            s.data(path + 20 * US, Server, 120);
+            s.ack(path + 40 * US + timer, Client);
+            s.data(2 * path + 60 * US + timer, Server, 600);
+            (info(20 * US, path), timer + 20 * US)
+        };
+        let got = stalls(&info, &s);
+        assert_eq!(got.len(), 1, "near server {near_server}, path {path}");
+        assert_eq!(got[0].ack_seen_ns, ack);
+        (got[0].ack_seen_ns, got[0].ack_delay_ns)
+    }
+
+    #[test]
+    fn both_capture_points_report_the_ackers_own_timer() {
+        for path in [10 * MS, 80 * MS] {
+            let timer = 42 * MS;
+            let (seen_server, at_server) = at(true, path, timer);
+            let (seen_client, at_client) = at(false, path, timer);
+            assert_eq!((seen_server, seen_client), (path + timer, timer + 20 * US), "seen: timer + the path, or not");
+            assert_eq!((at_server, at_client), (timer, timer), "path {path}");
+        }
     }
 
     /// App with TCP_NODELAY pausing 45 ms mid-response: the data comes 5 ms after the ACK.

@@ -152,6 +152,8 @@ impl From<&crate::dist::Dist> for Histogram {
 }
 
 /// One cause, with its evidence.
+// A report holds a few findings, one per endpoint and cause: their size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Finding {
@@ -216,10 +218,21 @@ pub struct NagleFinding {
     pub connections: u64,
     /// How long held segments waited (small segment → held segment).
     pub stall_ms: Spread,
-    /// How late the delayed ACKs were, as seen at the capture point.
+    /// The delayed-ACK side's own delay: how late its ACKs were as seen at
+    /// the capture point, less the round trip from there to it.
     pub ack_delay_ms: Spread,
-    /// Which delayed-ACK timer this looks like.
+    /// How late the ACKs were as seen at the capture point.
+    pub ack_seen_ms: Spread,
+    /// Which delayed-ACK timer `ack_delay_ms` looks like.
     pub ack_timer: String,
+    /// Where the capture was taken (see [`Connection::capture_point`]), from
+    /// the round trips below.
+    pub capture_point: &'static str,
+    /// Round trip from the capture point to the client, ms (its stalled
+    /// connections', mean weighted by their stalls).
+    pub rtt_to_client_ms: Option<f64>,
+    /// Round trip from the capture point to the server, ms (likewise).
+    pub rtt_to_server_ms: Option<f64>,
     /// Sum of stall times, those with loss included.
     pub time_lost_ms: f64,
     /// Frames of the first stalls: [small segment, late ACK, held segment] each, flattened.
@@ -416,7 +429,8 @@ pub struct Connection {
     pub client: String,
     /// Server endpoint.
     pub server: String,
-    /// `handshake` or `lower_port` (no handshake captured).
+    /// What told client from server: `handshake`, `content`,
+    /// `shared_endpoint`, `ephemeral_port`, or `lower_port` (a guess).
     pub roles_from: &'static str,
     /// Packets.
     pub packets: u64,
@@ -434,6 +448,13 @@ pub struct Connection {
     pub time_lost_ms: f64,
     /// Round trip client ↔ server, ms (from the handshake when captured).
     pub rtt_ms: Option<f64>,
+    /// Where the capture was taken: `near_server`, `near_client`,
+    /// `in_between`, `near_both` (a path under 1 ms) or `unknown`.
+    pub capture_point: &'static str,
+    /// Round trip from the capture point to the client, ms.
+    pub rtt_to_client_ms: Option<f64>,
+    /// Round trip from the capture point to the server, ms.
+    pub rtt_to_server_ms: Option<f64>,
     /// First frame.
     pub first_frame: u64,
     /// Duration, ms.

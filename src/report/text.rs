@@ -62,12 +62,19 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o, "  * {}", bad(f.summary()));
         match f {
             Finding::NagleDelayedAck(n) => {
+                let place = captured(n.capture_point, n.rtt_to_client_ms, n.rtt_to_server_ms);
+                // On a short path what the capture point saw is the timer itself.
+                let place = match n.capture_point {
+                    "near_both" => format!("; {place}"),
+                    _ => format!(" (seen p50 {} at the capture point: {place})", ms(n.ack_seen_ms.p50)),
+                };
                 let _ = writeln!(
                     o,
-                    "    ACK timer: {}; seen p50 {}, max {}.",
+                    "    ACK timer: {}; the {}'s delay p50 {}, max {}{place}.",
                     n.ack_timer,
+                    n.delayed_ack_side.role,
                     ms(n.ack_delay_ms.p50),
-                    ms(n.ack_delay_ms.max)
+                    ms(n.ack_delay_ms.max),
                 );
                 fixes(&mut o, &n.fix);
                 if let Some(ex) = n.example_frames.get(..3) {
@@ -189,6 +196,22 @@ fn pairs(frames: &[u64]) -> String {
 fn fixes(o: &mut String, fix: &[String]) {
     for (k, f) in fix.iter().enumerate() {
         let _ = writeln!(o, "    {} {f}", if k == 0 { "Fix:" } else { "    " });
+    }
+}
+
+/// Where a capture was taken, in words.
+pub(crate) fn captured(point: &str, client: Option<f64>, server: Option<f64>) -> String {
+    let rt = |x: Option<f64>| x.map_or_else(|| "not measured".to_string(), ms);
+    match point {
+        "near_server" => format!("captured near the server; round trip to the client {}", rt(client)),
+        "near_client" => format!("captured near the client; round trip to the server {}", rt(server)),
+        "in_between" => {
+            format!("captured in between; round trip {} to the client, {} to the server", rt(client), rt(server))
+        }
+        "near_both" => {
+            format!("captured close to both ends (round trip {})", ms(client.unwrap_or(0.0) + server.unwrap_or(0.0)))
+        }
+        _ => format!("capture point unknown (round trip {} to the client, {} to the server)", rt(client), rt(server)),
     }
 }
 

@@ -20,6 +20,17 @@ struct Sent {
     resent: bool,
 }
 
+/// An RTT sample: the time from a segment to the ACK that covered it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sample {
+    /// Newest covered segment → ACK, ns.
+    pub(crate) ns: i64,
+    /// Bytes of the segments this ACK covered first.
+    pub(crate) bytes: i64,
+    /// The covered segment was a SYN (a handshake sample).
+    pub(crate) syn: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Hole {
     start: i64,
@@ -43,6 +54,9 @@ pub(crate) struct Half {
     pub(crate) mss: Option<u16>,
     /// Offered the timestamp option in its SYN.
     pub(crate) timestamps: bool,
+    /// Largest payload seen in one segment: about the MSS the receiver
+    /// measures (Linux's `rcv_mss`), when no SYN told it.
+    pub(crate) max_len: u32,
     pub(crate) fin: bool,
     inflight: VecDeque<Sent>,
     holes: Vec<Hole>,
@@ -120,6 +134,7 @@ impl Half {
         if self.inflight.len() == INFLIGHT_CAP {
             self.inflight.pop_front();
         }
+        self.max_len = self.max_len.max(len);
         self.inflight.push_back(Sent { start, end, ts, frame, resent: false });
         self.hi = self.hi.max(end);
         DataClass::New
@@ -144,15 +159,21 @@ impl Half {
 
     /// The peer acknowledged everything below `ack`. Returns the time since the
     /// newest segment it covers was sent (an RTT sample, Karn's rule applied).
-    pub(crate) fn acked(&mut self, ack: i64, ts: i64) -> Option<i64> {
+    pub(crate) fn acked(&mut self, ack: i64, ts: i64) -> Option<Sample> {
         self.acked_to = self.acked_to.max(ack);
-        let mut sample = None;
+        let mut sample: Option<Sample> = None;
+        let mut first = None;
         while let Some(s) = self.inflight.front() {
             if s.end > ack {
                 break;
             }
+            let from = *first.get_or_insert(s.start);
             // Karn: no sample from re-sent bytes; none either from a clock that stepped back.
-            sample = if s.resent || ts < s.ts { None } else { Some(ts - s.ts) };
+            sample = if s.resent || ts < s.ts {
+                None
+            } else {
+                Some(Sample { ns: ts - s.ts, bytes: s.end - from, syn: s.start == 0 })
+            };
             self.inflight.pop_front();
         }
         if !self.holes.is_empty() {
@@ -209,7 +230,7 @@ mod tests {
         let mut h = Half::default();
         h.rel(0);
         h.data(1, 10, 0, 1);
-        assert_eq!(h.acked(11, 5_000), Some(5_000));
+        assert_eq!(h.acked(11, 5_000), Some(Sample { ns: 5_000, bytes: 10, syn: false }));
         h.data(11, 10, 10_000, 2);
         h.data(11, 10, 20_000, 3);
         assert_eq!(h.acked(21, 30_000), None);

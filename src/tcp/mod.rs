@@ -3,6 +3,7 @@
 //! every data segment (new, retransmitted, out of order).
 
 mod half;
+pub mod roles;
 pub mod table;
 
 pub use table::{Sink, Tracker};
@@ -45,15 +46,48 @@ impl Side {
     }
 }
 
-/// How the client and server were told apart.
+/// How the client and server were told apart. Declared strongest evidence
+/// first: the tracker compares them by that order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RoleSource {
     /// From the SYN / SYN-ACK in the capture.
     Handshake,
-    /// No handshake captured: the server is taken to be the end with the
-    /// lower port (well-known or listening ports are lower than ephemeral ones).
+    /// From a first payload: an HTTP request or status line, a TLS ClientHello or ServerHello.
+    Content,
+    /// The server's endpoint answered a SYN or was named the server by
+    /// content on another connection, or is shared by more connections.
+    SharedEndpoint,
+    /// Exactly one of the two ports lies in an ephemeral range: that end is the client.
+    EphemeralPort,
+    /// Nothing else told: the server is taken to be the end with the lower
+    /// port (well-known or listening ports are lower than ephemeral ones). A guess.
     LowerPort,
+}
+
+impl RoleSource {
+    /// The JSON name.
+    pub fn name(self) -> &'static str {
+        match self {
+            RoleSource::Handshake => "handshake",
+            RoleSource::Content => "content",
+            RoleSource::SharedEndpoint => "shared_endpoint",
+            RoleSource::EphemeralPort => "ephemeral_port",
+            RoleSource::LowerPort => "lower_port",
+        }
+    }
+}
+
+/// Later evidence about a connection's roles that did not match the first decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RolesDoubt {
+    /// Later data (the other direction's first payload, or one a guess
+    /// looked at) held stronger evidence and the roles were swapped at this
+    /// frame; what was observed before it was observed in the old roles.
+    Corrected(u64),
+    /// Content contradicted roles that content had decided (say, both
+    /// directions began with a request line), at this frame; the roles were kept.
+    Contradicted(u64),
 }
 
 /// What the tracker knows about a connection at the time of an event.
@@ -67,11 +101,18 @@ pub struct ConnInfo {
     pub server: Endpoint,
     /// How the roles were decided.
     pub roles: RoleSource,
+    /// Later packets may still swap the roles: no handshake and no payload
+    /// yet, or only evidence weaker than content that the other direction's
+    /// first payload (or, for a guess, the next few) may overturn.
+    pub roles_open: bool,
+    /// Later evidence that disagreed with the roles, if any.
+    pub roles_doubt: Option<RolesDoubt>,
     /// Largest segment each side may send (the peer's MSS option), if seen.
     pub mss: [Option<u32>; 2],
     /// Shortest observed time from the capture point to each side and back
-    /// (e.g. SYN → SYN-ACK for the server), in ns. Tells where the capture was
-    /// taken: near a side, this is about zero.
+    /// (e.g. SYN → SYN-ACK for the server), in ns, from ACKs that cannot
+    /// hold a delayed-ACK timer (see `table::prompt`). Tells where the
+    /// capture was taken: near a side, this is about zero.
     pub rtt_to: [Option<i64>; 2],
 }
 
@@ -92,6 +133,61 @@ impl ConnInfo {
     #[inline]
     pub fn rtt(&self) -> i64 {
         self.rtt_to(Side::Client) + self.rtt_to(Side::Server)
+    }
+    /// Where the capture was taken.
+    pub fn capture_point(&self) -> CapturePoint {
+        CapturePoint::from_rtt(self.rtt_to[0], self.rtt_to[1])
+    }
+}
+
+/// Where a capture was taken on a connection's path, judged from the round
+/// trips from the capture point to each side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapturePoint {
+    /// The round trip to the server is at most a quarter of the one to the client.
+    NearServer,
+    /// The round trip to the client is at most a quarter of the one to the server.
+    NearClient,
+    /// Neither side is that much closer.
+    InBetween,
+    /// The whole round trip is under [`SHORT_PATH_NS`] (loopback, one host, a
+    /// LAN): close to both ends, wherever it was taken.
+    NearBoth,
+    /// A side's round trip was not measured.
+    Unknown,
+}
+
+/// A client ↔ server round trip shorter than this is close to both ends
+/// wherever captured: it changes no timer reading by more than a millisecond.
+pub const SHORT_PATH_NS: i64 = 1_000_000;
+
+impl CapturePoint {
+    /// From the round trips (ns) from the capture point to the client and to the server.
+    pub fn from_rtt(client: Option<i64>, server: Option<i64>) -> CapturePoint {
+        let (Some(c), Some(s)) = (client, server) else {
+            return CapturePoint::Unknown;
+        };
+        if c + s < SHORT_PATH_NS {
+            CapturePoint::NearBoth
+        } else if 4 * s <= c {
+            CapturePoint::NearServer
+        } else if 4 * c <= s {
+            CapturePoint::NearClient
+        } else {
+            CapturePoint::InBetween
+        }
+    }
+
+    /// The JSON name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CapturePoint::NearServer => "near_server",
+            CapturePoint::NearClient => "near_client",
+            CapturePoint::InBetween => "in_between",
+            CapturePoint::NearBoth => "near_both",
+            CapturePoint::Unknown => "unknown",
+        }
     }
 }
 

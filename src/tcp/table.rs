@@ -1,9 +1,13 @@
 //! The connection table.
 
-use super::half::Half;
+mod settle;
+
+use super::half::{Half, Sample};
+use super::roles::{Ephemeral, Roles};
 use super::{ConnId, ConnInfo, Event, EventKind, RoleSource, Side};
 use crate::wire::{Endpoint, Segment};
 use rustc_hash::FxHashMap;
+use settle::{Settle, settle};
 
 /// Closed connections stay this long to absorb late retransmitted FINs/ACKs.
 const LINGER_NS: i64 = 2_000_000_000;
@@ -18,6 +22,15 @@ pub trait Sink<T> {
     fn event(&mut self, info: &ConnInfo, state: &mut T, ev: &Event, seg: &Segment<'_>);
     /// The connection ended (closed, idle, or end of capture).
     fn close(&mut self, info: &ConnInfo, state: T, totals: &Totals);
+    /// The tracker swapped the connection's client and server (`info` has
+    /// the new roles): `state` saw its events so far in the old ones. A sink
+    /// that keeps them must turn them round; by default `state` starts afresh.
+    fn swapped(&mut self, _info: &ConnInfo, state: &mut T)
+    where
+        T: Default,
+    {
+        *state = T::default();
+    }
 }
 
 /// Counters kept for every connection.
@@ -41,6 +54,7 @@ struct Conn<T> {
     state: T,
     totals: Totals,
     closed: bool,
+    settle: Settle,
 }
 
 /// Both endpoints as integers (IPv4 mapped into IPv6), lower end first:
@@ -78,6 +92,7 @@ pub struct Tracker<T> {
     idle_ns: i64,
     max_conns: usize,
     evicted: u64,
+    roles: Roles,
 }
 
 impl<T: Default> Default for Tracker<T> {
@@ -98,7 +113,15 @@ impl<T: Default> Tracker<T> {
             idle_ns: idle_ns.max(1),
             max_conns: max_conns.max(1),
             evicted: 0,
+            roles: Roles::new(Ephemeral::host()),
         }
+    }
+
+    /// The same tracker, taking ports in `e` as clients' (the default is
+    /// [`Ephemeral::host`]).
+    pub fn ephemeral(mut self, e: Ephemeral) -> Self {
+        self.roles = Roles::new(e);
+        self
     }
 
     /// Connections held now.
@@ -158,7 +181,7 @@ impl<T: Default> Tracker<T> {
                 (c.closed || h.fin) && h.isn != Some(seg.seq)
             };
             if !reused {
-                step(c, seg, sink);
+                step(c, seg, sink, &mut self.roles);
                 return;
             }
             if let Some(old) = self.map.remove(&k) {
@@ -170,8 +193,9 @@ impl<T: Default> Tracker<T> {
         }
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        let conn = self.map.entry(k).or_insert(new_conn(id, seg));
-        step(conn, seg, sink);
+        self.roles.met(seg.src, seg.dst);
+        let conn = self.map.entry(k).or_insert(new_conn(id, seg, &self.roles));
+        step(conn, seg, sink, &mut self.roles);
     }
 
     /// Finishes every connection still open (end of capture), in id order.
@@ -201,28 +225,54 @@ impl<T: Default> Tracker<T> {
     }
 }
 
-fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>) -> Conn<T> {
-    let (client, server, roles) = if seg.flags.syn() {
-        if seg.flags.ack() {
-            (seg.dst, seg.src, RoleSource::Handshake)
-        } else {
-            (seg.src, seg.dst, RoleSource::Handshake)
-        }
-    } else if seg.src.port < seg.dst.port {
-        (seg.dst, seg.src, RoleSource::LowerPort)
+fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>, roles: &Roles) -> Conn<T> {
+    let (server, roles, settle) = if seg.flags.syn() {
+        (if seg.flags.ack() { seg.src } else { seg.dst }, RoleSource::Handshake, Settle::Done)
     } else {
-        (seg.src, seg.dst, RoleSource::LowerPort)
+        let (server, basis) = roles.judge(seg.src, seg.dst);
+        (server, basis, Settle::Open)
     };
+    let client = if server == seg.src { seg.dst } else { seg.src };
     Conn {
-        info: ConnInfo { id, client, server, roles, mss: [None; 2], rtt_to: [None; 2] },
+        info: ConnInfo {
+            id,
+            client,
+            server,
+            roles,
+            roles_open: settle == Settle::Open,
+            roles_doubt: None,
+            mss: [None; 2],
+            rtt_to: [None; 2],
+        },
         half: [Half::default(), Half::default()],
         state: T::default(),
         totals: Totals { first_ts: seg.ts_ns, first_frame: seg.frame, ..Totals::default() },
         closed: false,
+        settle,
     }
 }
 
-fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
+/// Whether an ACK's RTT sample is free of the ACKer's delayed-ACK timer:
+/// a handshake, an ACK riding on data or a FIN (sent when the application
+/// wrote, not by the timer), an ACK of more than one segment's worth (Linux
+/// ACKs at once then: more than `rcv_mss`, which is the largest segment
+/// received but at least 536 bytes), or one too quick to hold any timer.
+/// Otherwise the first samples of a connection without a handshake would be
+/// its delayed ACKs, the round trip to the ACKer would read ~40 ms too long,
+/// and the ACKs of a Nagle stall would no longer look late.
+fn prompt(s: &Sample, seg: &Segment<'_>, max_len: u32) -> bool {
+    const RCV_MSS_MIN: u32 = 536;
+    s.syn
+        || seg.len > 0
+        || seg.flags.fin()
+        || s.bytes > i64::from(max_len.max(RCV_MSS_MIN))
+        || s.ns < crate::detect::nagle::LATE_NS
+}
+
+fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S, roles: &mut Roles) {
+    if c.settle != Settle::Done && (seg.len > 0 || seg.flags.syn()) {
+        settle(c, seg, sink, roles);
+    }
     let from = if seg.src == c.info.client { Side::Client } else { Side::Server };
     let (me, peer) = {
         let [a, b] = &mut c.half;
@@ -237,9 +287,10 @@ fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
     let ack = if f.ack() { peer.rel_ack(seg.ack) } else { None };
     if let Some(a) = ack
         && let Some(sample) = peer.acked(a, seg.ts_ns)
+        && prompt(&sample, seg, peer.max_len)
     {
         let slot = &mut c.info.rtt_to[from.idx()];
-        *slot = Some(slot.map_or(sample, |s| s.min(sample)));
+        *slot = Some(slot.map_or(sample.ns, |s| s.min(sample.ns)));
     }
     let scale = match (me.wscale, peer.wscale) {
         (Some(s), Some(_)) if !f.syn() => s,
@@ -257,6 +308,9 @@ fn step<T, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S) {
         return;
     }
     if f.syn() {
+        if f.ack() {
+            roles.server(seg.src);
+        }
         me.wscale = seg.options.wscale;
         me.mss = seg.options.mss;
         me.timestamps = seg.options.timestamps.is_some();
@@ -331,6 +385,50 @@ mod tests {
             assert_eq!(info.mss, [Some(want), Some(want)], "client ts {client_ts}, server ts {server_ts}");
             assert_eq!((info.client.port, info.roles), (40000, RoleSource::Handshake));
         }
+    }
+
+    /// Round trips to [client, server] after each segment.
+    #[derive(Default)]
+    struct Rtts(Vec<[Option<i64>; 2]>);
+
+    impl Sink<()> for Rtts {
+        fn event(&mut self, info: &ConnInfo, _: &mut (), _: &Event, _: &Segment<'_>) {
+            self.0.push(info.rtt_to);
+        }
+        fn close(&mut self, _: &ConnInfo, _: (), _: &Totals) {}
+    }
+
+    #[test]
+    fn delayed_acks_do_not_make_the_round_trip() {
+        // No handshake; captured at the server (port 8080), 80 ms from the client.
+        let (c, s) =
+            (Endpoint { ip: [10, 0, 0, 2].into(), port: 40000 }, Endpoint { ip: [10, 0, 0, 1].into(), port: 8080 });
+        const US: i64 = 1_000;
+        const MS: i64 = 1_000_000;
+        let mut t: Tracker<()> = Tracker::default();
+        let mut sink = Rtts::default();
+        let mut at = |ts_ns: i64, from_server: bool, seq: u32, ack: u32, len: u32| {
+            let (src, dst) = if from_server { (s, c) } else { (c, s) };
+            let flags = Flags(Flags::ACK | if len > 0 { Flags::PSH } else { 0 });
+            let options = TcpOptions::default();
+            let seg = Segment { frame: 0, ts_ns, src, dst, seq, ack, flags, window: 1000, len, options, payload: &[] };
+            t.segment(&seg, &mut sink);
+            *sink.0.last().unwrap()
+        };
+        at(0, false, 1, 5001, 80); // a request
+        assert_eq!(at(50 * US, true, 5001, 81, 100), [None, Some(50 * US)], "a response: sent when the server wrote");
+        // The client's delayed ACK, 42 ms timer + 80 ms: no round trip from it.
+        assert_eq!(at(122 * MS, false, 81, 5101, 0)[0], None);
+        at(122 * MS + 20 * US, true, 5101, 81, 600);
+        // The next request carries the ACK of the rest: sent when the client wrote.
+        assert_eq!(at(202 * MS + 520 * US, false, 81, 5701, 80)[0], Some(80 * MS + 500 * US));
+        // Two full segments: Linux ACKs them at once.
+        at(203 * MS, true, 5701, 161, 1448);
+        at(203 * MS, true, 7149, 161, 1448);
+        assert_eq!(at(283 * MS, false, 161, 8597, 0)[0], Some(80 * MS));
+        // One small segment ACKed 79 ms later: a quick ACK or a timer, who knows; left out.
+        at(300 * MS, true, 8597, 161, 100);
+        assert_eq!(at(379 * MS, false, 161, 8697, 0)[0], Some(80 * MS));
     }
 
     #[derive(Default)]

@@ -74,7 +74,9 @@ pub struct Finding {
     pub role: &'static str,
     /// Time it cost, ms: the stall, the wait for the re-send, the connect, the closed window.
     pub ms: f64,
-    /// Nagle only: the late ACK came this long after the small segment, ms.
+    /// Nagle only: the ACKing host delayed its ACK this long (the late ACK
+    /// came this long after the small segment, less the round trip from the
+    /// capture point to that host), ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ack_delay_ms: Option<f64>,
     /// Nagle only: which ACK timer that delay looks like.
@@ -477,6 +479,12 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
 /// while few connections are open.
 impl Sink<Box<ConnState>> for WatchSink {
     fn event(&mut self, info: &ConnInfo, st: &mut Box<ConnState>, ev: &Event, seg: &Segment<'_>) {
+        if info.roles_open {
+            // A connection from before the start whose roles may still swap:
+            // a slot named after its client would stay. Soon settled (its
+            // first data each way), or a guess looked at for a few segments.
+            return;
+        }
         let slot = match st.slot {
             Some(s) => s,
             None => {
@@ -505,6 +513,15 @@ impl Sink<Box<ConnState>> for WatchSink {
         }
     }
 
+    /// The connection's first data swapped its roles: its slot was its client's.
+    fn swapped(&mut self, _info: &ConnInfo, st: &mut Box<ConnState>) {
+        if let Some(s) = st.slot {
+            let live = &mut self.slots[s as usize].live;
+            *live = live.saturating_sub(1);
+        }
+        **st = ConnState::default();
+    }
+
     fn close(&mut self, info: &ConnInfo, mut st: Box<ConnState>, totals: &Totals) {
         let slot = match st.slot {
             Some(s) => {
@@ -512,6 +529,7 @@ impl Sink<Box<ConnState>> for WatchSink {
                 *live = live.saturating_sub(1);
                 s
             }
+            None if info.roles_open => return, // saw nothing (see `event`)
             None => self.slot_for(info.server, totals.last_ts),
         };
         let mut c = (st.retrans, st.server_stalls);
@@ -524,6 +542,7 @@ impl Sink<Box<ConnState>> for WatchSink {
             && let Some(a) = self.agg.nagle.get_mut(&info.server)
         {
             a.connections += 1;
+            a.add_rtt(info.rtt_to, u64::from(c.1));
         }
     }
 }

@@ -342,7 +342,7 @@ ns_setup() {
 INA=(ip netns exec "$NS_A")
 INB=(ip netns exec "$NS_B")
 
-if want loss || want syn_retry || want veth_nagle || want nagle_ns; then
+if want loss || want syn_retry || want veth_nagle || want nagle_ns || want midstream; then
     log "network namespaces"
     ns_setup
 fi
@@ -452,6 +452,32 @@ if want nagle_ns; then
     cap_stop "$c1"; stop "$c2"
     mergecap -I none -F pcapng -w "$WORK/nagle_ns.pcapng" "$WORK/ns_lo.pcap" "$WORK/ns_veth.pcap"
     publish nagle_ns.pcapng
+fi
+
+# midstream_port61000.pcap: a capture started after the load, the server's
+#   port above the clients' (port order names the wrong side): wwr server
+#   (Nagle on) in tcpdoc-a at 10.99.0.1:61000; four keep-alive clients in
+#   tcpdoc-b, whose net.ipv4.ip_local_port_range is 20000-30000, 40 requests
+#   each, all at once.  tcpdump on vA (next to the server) starts 0.5 s into
+#   the load and stops 1 s later: no handshake, no FIN in the file.
+if want midstream; then
+    log "midstream_port61000.pcap (netns, server port 61000, client ports 20000-30000)"
+    "${INB[@]}" sysctl -qw net.ipv4.ip_local_port_range="20000 30000"
+    bg srv-m "${INA[@]}" "${SERVER[@]}" --host 10.99.0.1 --port 61000 --mode wwr
+    sm=$BGPID
+    wait_for "$WORK/srv-m.out" listening
+    clients=()
+    for k in 1 2 3 4; do
+        bg "cli-m$k" "${INB[@]}" "${CLIENT[@]}" --host 10.99.0.1 --port 61000 -n 40
+        clients+=("$BGPID")
+    done
+    sleep 0.5
+    cap_start midstream_port61000.pcap ip netns exec "$NS_A" -i vA "tcp port 61000"
+    cm=$CAPPID
+    cap_stop "$cm"
+    for k in "${clients[@]}"; do wait "$k"; done
+    stop "$sm"
+    publish midstream_port61000.pcap
 fi
 
 if [ -n "${RELAYPID:-}" ]; then stop "$RELAYPID"; fi

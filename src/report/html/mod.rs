@@ -195,7 +195,8 @@ fn finding(f: &Finding) -> Markup {
                 p { "Nagle runs on " strong { (n.nagle_side.endpoint) } " (" (n.nagle_side.role) "); "
                     strong { (n.delayed_ack_side.host) } " (" (n.delayed_ack_side.role) ") delays its ACKs. "
                     (n.stalls) " stalls, median " (ms(n.stall_ms.p50)) ", " (ms(n.time_lost_ms)) " lost in all. ACK timer: "
-                    (n.ack_timer) "." }
+                    (n.ack_timer) "; the " (n.delayed_ack_side.role) "'s delay, median " (ms(n.ack_delay_ms.p50)) " ("
+                    (crate::report::text::captured(n.capture_point, n.rtt_to_client_ms, n.rtt_to_server_ms)) ")." }
                 @if !n.fix.is_empty() {
                     h3 { "Fix" }
                     ol.fix { @for x in &n.fix { li { (rich(x)) } } }
