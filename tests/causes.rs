@@ -51,6 +51,9 @@ fn loss_and_nagle_are_both_found_and_neither_is_application_time() {
     // At the server's end every late segment is explained: think time is the server's sub-ms.
     let b = &run("loss_nagle_srv.pcap").breakdown[0];
     assert!(b.think_ms < 1.0, "{b:?}");
+    // At the client's end re-sent bodies look new; their IP IDs skip the lost copy.
+    let b = &run("loss_nagle_cli.pcap").breakdown[0];
+    assert!(b.think_ms < 3.0, "{b:?}");
 }
 
 /// The count agrees with an independent one: tshark's view of the server's

@@ -125,6 +125,8 @@ pub(crate) struct CountAgg {
     pub(crate) unanswered: u64,
     pub(crate) retries: u64,
     pub(crate) connections: u64,
+    /// `Expect` waits whose head the snap length cut before the header.
+    pub(crate) inferred: u64,
     pub(crate) dist: Dist,
     pub(crate) lost_ns: i64,
     pub(crate) examples: Vec<u64>,
@@ -260,8 +262,9 @@ impl CountAgg {
     }
 
     /// Adds a request body that waited `wait_ns` for `100 Continue` (`first`: the first on its connection).
-    pub(crate) fn add_expect(&mut self, wait_ns: i64, frames: [u64; 2], first: bool) {
+    pub(crate) fn add_expect(&mut self, wait_ns: i64, frames: [u64; 2], first: bool, header_seen: bool) {
         self.events += 1;
+        self.inferred += u64::from(!header_seen);
         self.connections += u64::from(first);
         self.dist.record(wait_ns);
         self.lost_ns = self.lost_ns.saturating_add(wait_ns);
@@ -301,6 +304,7 @@ impl CountAgg {
         self.unanswered += o.unanswered;
         self.retries += o.retries;
         self.connections += o.connections;
+        self.inferred += o.inferred;
         self.dist.merge(&o.dist);
         self.lost_ns = self.lost_ns.saturating_add(o.lost_ns);
     }

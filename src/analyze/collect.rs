@@ -110,11 +110,11 @@ impl<'o> Collector<'o> {
                     None => self.r.dropped += 1,
                 }
             }
-            Observation::ExpectWait { wait_ns, frames } => {
+            Observation::ExpectWait { wait_ns, frames, header_seen } => {
                 st.expect_waits += 1;
                 st.lost_ns = st.lost_ns.saturating_add(wait_ns);
                 match bounded_entry(&mut self.r.expect, (info.client.ip, info.server)) {
-                    Some(a) => a.add_expect(wait_ns, frames, st.expect_waits == 1),
+                    Some(a) => a.add_expect(wait_ns, frames, st.expect_waits == 1, header_seen),
                     None => self.r.dropped += 1,
                 }
             }

@@ -4,8 +4,10 @@
 //! A gap before the next segment of the message being sent is, in order:
 //! - a Nagle stall, when the segment was held until a delayed ACK;
 //! - loss, when the segment is a re-send, was sent by the sender's loss
-//!   timer (a probe, Nagle + loss included), or skips bytes that went missing
-//!   after a gap as long as a loss timer;
+//!   timer (a probe, Nagle + loss included), or comes after a gap as long as
+//!   a loss timer and after something of the sender's that went missing
+//!   before the capture point (bytes it skips, or a packet its IP ID skips:
+//!   then it is most likely the re-send);
 //! - network, when it follows the receiver's ACK within the round trip to
 //!   the sender (flow control, congestion window): one more round trip;
 //! - else the sender's own pause: the server application inside its response
@@ -13,9 +15,9 @@
 //!   Continue`), which is never the server's.
 //!
 //! The wait before the first response byte is think time, unless that byte
-//! skips missing bytes after a loss timer's gap: then the first bytes were lost.
+//! follows something missing after a loss timer's gap: then the first bytes were lost.
 
-use super::timer::LOSS_TIMER_MIN_NS;
+use super::timer::{LOSS_TIMER_MIN_NS, Release};
 use super::{Exchange, Stall};
 use crate::tcp::{DataClass, Event, EventKind, Side};
 
@@ -81,10 +83,10 @@ impl Gap {
 
 impl Exchanges {
     /// Feeds one event, the stall the Nagle detector found on it (if any),
-    /// whether the sender's loss timer sent it, and the round trips from the
-    /// capture point to [client, server] (ns).
+    /// what the loss timer detector saw, and the round trips from the capture
+    /// point to [client, server] (ns).
     #[inline]
-    pub fn step(&mut self, ev: &Event, stall: Option<&Stall>, probe: bool, rtt: [i64; 2]) -> Option<Exchange> {
+    pub fn step(&mut self, ev: &Event, stall: Option<&Stall>, release: Release, rtt: [i64; 2]) -> Option<Exchange> {
         if ev.kind == EventKind::Ack {
             if matches!((&self.phase, ev.from), (Phase::Response(_), Side::Client) | (Phase::Request(_), Side::Server))
             {
@@ -114,7 +116,9 @@ impl Exchanges {
         let t = ev.ts_ns;
         let bytes = u64::from(len);
         let hi = &mut self.hi[ev.from.idx()];
-        let skips = seq > (*hi).max(1);
+        // Something of the sender's went missing before this segment.
+        let skips = seq > (*hi).max(1) || release.missed;
+        let probe = release.probe.is_some();
         *hi = (*hi).max(seq + i64::from(len));
         let held = stall.filter(|s| !s.timer).map_or(0, |s| s.stall_ns);
         let gap = |last: i64, peer_ack: Option<i64>| {
@@ -215,7 +219,7 @@ mod tests {
         s.data(42 * MS, Server, 800);
         let mut x = Exchanges::default();
         let mut got: Vec<Exchange> =
-            s.events.iter().filter_map(|e| x.step(e, None, false, [20 * US, 20 * US])).collect();
+            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US])).collect();
         got.extend(x.finish());
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].req_bytes, got[0].resp_bytes), (100, 800));
@@ -235,7 +239,8 @@ mod tests {
         s.data(50 * MS + 230 * US, Server, 600); // right after the ACK: released by it, not a pause
         s.data(60 * MS, Client, 100);
         let mut x = Exchanges::default();
-        let got: Vec<Exchange> = s.events.iter().filter_map(|e| x.step(e, None, false, [20 * US, 20 * US])).collect();
+        let got: Vec<Exchange> =
+            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US])).collect();
         assert_eq!(got.len(), 1);
         let pause = got[0].resp_pause;
         assert_eq!(pause, (45 * MS - 50 * US) + (50 * MS + 100 * US - 45 * MS));
@@ -247,7 +252,7 @@ mod tests {
         s.data(0, Server, 20);
         s.data(MS, Client, 10);
         let mut x = Exchanges::default();
-        assert!(s.events.iter().all(|e| x.step(e, None, false, [0, 0]).is_none()));
+        assert!(s.events.iter().all(|e| x.step(e, None, Release::default(), [0, 0]).is_none()));
         assert!(x.finish().is_none());
     }
 }

@@ -4,7 +4,9 @@
 //! time that is the client's waiting, neither the server's nor TCP's.
 //!
 //! Signature: a request's first segment holds a whole head asking for it and
-//! nothing after the head; the client's next new bytes come with no server
+//! nothing after the head (or a head the capture's snap length cut before
+//! its end, whose lines seen do not rule it out: curl puts `Expect:` last);
+//! the client's next new bytes, not another request, come with no server
 //! data in between, more than [`EXPECT_WAIT_MIN_NS`] beyond the round trip
 //! later. Server data in between (the `100 Continue` or a final status) ends
 //! the watch: nothing is found.
@@ -18,8 +20,8 @@ pub const EXPECT_WAIT_MIN_NS: i64 = 10_000_000;
 /// Per-connection state.
 #[derive(Debug, Default)]
 pub struct Expect {
-    /// The head that asked: its time and frame.
-    waiting: Option<(i64, u64)>,
+    /// The head that asked (or may have): its time, frame, and whether the header was seen.
+    waiting: Option<(i64, u64, bool)>,
     /// Sender of the last new bytes (a request starts when the client speaks after the server).
     last: Option<Side>,
 }
@@ -39,13 +41,17 @@ impl Expect {
             self.waiting = None;
             return None;
         }
-        if let Some((t, frame)) = self.waiting.take() {
+        if let Some((t, frame, header_seen)) = self.waiting.take() {
             let wait_ns = ev.ts_ns - t;
-            return (wait_ns - info.rtt() >= EXPECT_WAIT_MIN_NS)
-                .then_some(Observation::ExpectWait { wait_ns, frames: [frame, ev.frame] });
+            let body = !http::is_request(payload);
+            return (body && wait_ns - info.rtt() >= EXPECT_WAIT_MIN_NS).then_some(Observation::ExpectWait {
+                wait_ns,
+                frames: [frame, ev.frame],
+                header_seen,
+            });
         }
-        if starts && http::expect_continue(payload).is_some_and(|head| head as u64 >= u64::from(len)) {
-            self.waiting = Some((ev.ts_ns, ev.frame));
+        if starts && let Some(seen) = http::expect_continue(payload, len) {
+            self.waiting = Some((ev.ts_ns, ev.frame, seen));
         }
         None
     }
@@ -78,7 +84,7 @@ mod tests {
         let body = s.data(1001 * MS, Client, 4096);
         s.data(1002 * MS, Server, 100);
         let got = run(&s, &[HEAD]);
-        assert_eq!(got, [Observation::ExpectWait { wait_ns: 1001 * MS, frames: [head, body] }]);
+        assert_eq!(got, [Observation::ExpectWait { wait_ns: 1001 * MS, frames: [head, body], header_seen: true }]);
     }
 
     /// The server answers 100 Continue: the client was not left waiting.
@@ -90,6 +96,19 @@ mod tests {
         s.data(200 * US, Client, 4096);
         s.data(1200 * US, Server, 100);
         assert!(run(&s, &[HEAD, b"HTTP/1.1 100 Continue\r\n\r\n"]).is_empty());
+    }
+
+    /// The head cut by the snap length before its `Expect:` line: the same wait, said
+    /// to be inferred. A pipelined second request after a cut head is no body.
+    #[test]
+    fn a_head_cut_short_is_judged_by_its_shape() {
+        const CUT: &[u8] = b"POST /upload HTTP/1.1\r\nHost: h\r\nUser-Agent: curl/7.88.1\r\nContent-Le";
+        let mut s = Seq::new();
+        let head = s.data(0, Client, 174);
+        let body = s.data(1000 * MS, Client, 1448);
+        let got = run(&s, &[CUT]);
+        assert_eq!(got, [Observation::ExpectWait { wait_ns: 1000 * MS, frames: [head, body], header_seen: false }]);
+        assert!(run(&s, &[CUT, b"GET /next HTTP/1.1\r\nHost: h\r\n"]).is_empty());
     }
 
     /// Head and body in one segment, or a head without the header: nothing waits.

@@ -157,6 +157,9 @@ pub enum Observation {
         wait_ns: i64,
         /// Frames of the head and of the body's first segment.
         frames: [u64; 2],
+        /// The `Expect:` header was captured (else the snap length cut the
+        /// head before it and the shape alone says so).
+        header_seen: bool,
     },
     /// A side advertised a zero receive window, stalling its peer.
     ZeroWindow {
@@ -196,7 +199,8 @@ impl Detectors {
             self.sniffed = true;
             self.server_software = http::server_header(payload).map(str::to_string);
         }
-        let probe = self.timer.step(info, ev, seg.options.timestamps);
+        let release = self.timer.step(info, ev, seg.options.timestamps, seg.ip_id);
+        let probe = release.probe;
         let mut stall = self.nagle.step(info, ev);
         if stall.is_none()
             && let Some(p) = probe
@@ -221,12 +225,8 @@ impl Detectors {
         if let Some(o) = self.expect.step(info, ev, payload) {
             out(o);
         }
-        if let Some(x) = self.exchanges.step(
-            ev,
-            stall.as_ref(),
-            probe.is_some(),
-            [info.rtt_to(Side::Client), info.rtt_to(Side::Server)],
-        ) {
+        let rtt = [info.rtt_to(Side::Client), info.rtt_to(Side::Server)];
+        if let Some(x) = self.exchanges.step(ev, stall.as_ref(), release, rtt) {
             out(Observation::Exchange(x));
         }
         if let Some(o) = self.handshake.step(ev) {

@@ -9,10 +9,17 @@ use crate::wire::{Endpoint, Flags, Segment, TcpOptions};
 
 /// Runs every detector; `ts[k]` is event k's (TSval, TSecr), `payload[k]` its payload.
 fn run(s: &Seq, rtt: i64, ts: &[Option<(u32, u32)>], payload: &[&'static [u8]]) -> Vec<Observation> {
-    run_with(&info(rtt / 2, rtt / 2), s, ts, payload)
+    run_with(&info(rtt / 2, rtt / 2), s, ts, payload, &[])
 }
 
-fn run_with(i: &ConnInfo, s: &Seq, ts: &[Option<(u32, u32)>], payload: &[&'static [u8]]) -> Vec<Observation> {
+/// As [`run`], with event k's IPv4 ID `ids[k]`.
+fn run_with(
+    i: &ConnInfo,
+    s: &Seq,
+    ts: &[Option<(u32, u32)>],
+    payload: &[&'static [u8]],
+    ids: &[Option<u16>],
+) -> Vec<Observation> {
     let mut d = Detectors::default();
     let mut out = Vec::new();
     for (k, ev) in s.events.iter().enumerate() {
@@ -29,6 +36,7 @@ fn run_with(i: &ConnInfo, s: &Seq, ts: &[Option<(u32, u32)>], payload: &[&'stati
             len: 0,
             options: TcpOptions { timestamps: ts.get(k).copied().flatten(), ..TcpOptions::default() },
             payload: payload.get(k).copied().unwrap_or(&[]),
+            ip_id: ids.get(k).copied().flatten(),
         };
         d.step(i, ev, &seg, &mut |o| out.push(o));
     }
@@ -110,6 +118,47 @@ fn a_lost_delayed_ack_seen_at_the_client_is_told_by_the_timestamp_echo() {
     assert!(t.think > 180 * MS && t.loss == 0, "{t:?}");
 }
 
+/// Captured at the client: the body left after the delayed ACK reached the
+/// server, was lost before the capture point, and its re-send came 230 ms
+/// later. The server's IP IDs, one apart so far, skip one: loss, not think time.
+#[test]
+fn a_segment_re_sent_after_a_loss_before_the_capture_point_is_loss() {
+    let mut s = Seq::new();
+    let mut ids = Vec::new();
+    let mut id = 500u16;
+    let mut server = |ids: &mut Vec<Option<u16>>, step: u16| {
+        id += step;
+        ids.push(Some(id));
+    };
+    for k in 0..3 {
+        let t = k * 50 * MS;
+        s.data(t, Client, 68);
+        ids.push(Some(9));
+        s.data(t + 40 * US, Server, 106);
+        server(&mut ids, 1);
+        s.ack(t + 44 * MS, Client);
+        ids.push(Some(9));
+        s.data(t + 44 * MS + 40 * US, Server, 600);
+        server(&mut ids, 1);
+    }
+    s.data(150 * MS, Client, 68);
+    ids.push(Some(9));
+    s.data(150 * MS + 40 * US, Server, 106);
+    server(&mut ids, 1);
+    s.ack(194 * MS, Client);
+    ids.push(Some(9));
+    s.data(424 * MS, Server, 600);
+    server(&mut ids, 2);
+    s.data(425 * MS, Client, 68);
+    ids.push(Some(9));
+    let i = info(20 * US, 20 * US);
+    let last = exchanges(&run_with(&i, &s, &[], &[], &ids), 40 * US)[3];
+    assert!(last.1.think < MS && last.1.loss >= 230 * MS, "{last:?}");
+    // Without IDs (IPv6) the late body stays the server's pause: nothing tells it apart.
+    let last = exchanges(&run_with(&i, &s, &[], &[], &[]), 40 * US)[3];
+    assert!(last.1.think >= 229 * MS, "{last:?}");
+}
+
 /// A response segment lost after the capture point and re-sent by the RTO: loss.
 #[test]
 fn a_lost_response_segment_re_sent_by_rto_is_loss() {
@@ -161,7 +210,10 @@ fn a_wait_inside_the_request_is_the_clients() {
     let (_, t) = exchanges(&o, 20 * US)[0];
     assert_eq!(t.client, 1000 * MS);
     assert!(t.think < 2 * MS && t.transfer < MS, "{t:?}");
-    assert!(o.iter().any(|o| matches!(o, Observation::ExpectWait { wait_ns, .. } if *wait_ns == 1000 * MS)));
+    assert!(
+        o.iter()
+            .any(|o| matches!(o, Observation::ExpectWait { wait_ns, header_seen: true, .. } if *wait_ns == 1000 * MS))
+    );
 }
 
 /// A response three windows long on a 10 ms path: each wait for the client's
@@ -180,7 +232,7 @@ fn round_trips_are_counted_from_waits_for_acks() {
         }
     }
     s.data(100 * MS, Client, 68);
-    let (x, t) = exchanges_at(&run_with(&info(rtt, 0), &s, &[], &[]), rtt, rtt)[0];
+    let (x, t) = exchanges_at(&run_with(&info(rtt, 0), &s, &[], &[], &[]), rtt, rtt)[0];
     assert_eq!(x.rounds, 3);
     assert_eq!((t.stall, t.loss, t.client), (0, 0, 0), "{t:?}");
     assert!(t.think <= 100 * US, "{t:?}");

@@ -18,6 +18,12 @@
 //! Only gaps of at least [`LOSS_TIMER_MIN_NS`] count: the probe's shorter
 //! form (2·srtt + 2 jiffies) needs several segments in flight, which a held
 //! segment rarely has; missing one leaves the gap to the other rules.
+//!
+//! Near the receiver, a segment lost before the capture point and re-sent
+//! arrives as if sent late. Linux numbers each socket's IPv4 packets in turn
+//! (the IP ID), so once a side's IDs have run up by one several times, a
+//! step of two says one of its packets never reached the capture point.
+//! Stacks with global or random IDs, and IPv6, never show such a run.
 
 use crate::tcp::{ConnInfo, DataClass, Event, EventKind};
 
@@ -47,10 +53,52 @@ struct Last {
     acked: Option<(u64, i64, Option<u32>)>,
 }
 
-/// Per-connection state: each side's last new segment.
+/// Steps of one in a row a side's IP IDs must show before a step of two is believed.
+const ID_RUN_MIN: u32 = 3;
+
+/// One side's IPv4 IDs: the last, and how many steps of one led to it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ids {
+    last: Option<u16>,
+    run: u32,
+    /// The last packet was larger than the MSS (a GSO super-packet takes several IDs).
+    big: bool,
+}
+
+impl Ids {
+    /// Records a packet; returns whether exactly one packet before it is missing.
+    fn step(&mut self, id: Option<u16>, big: bool) -> bool {
+        let Some(id) = id else {
+            *self = Ids::default();
+            return false;
+        };
+        let step = self.last.map(|l| id.wrapping_sub(l));
+        let missed = step == Some(2) && self.run >= ID_RUN_MIN && !self.big;
+        self.run = match step {
+            Some(1) => self.run + 1,
+            Some(2) if missed => self.run,
+            _ => 0,
+        };
+        self.last = Some(id);
+        self.big = big;
+        missed
+    }
+}
+
+/// What the loss timer and the IDs say about a new segment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Release {
+    /// Sent by the sender's loss timer.
+    pub probe: Option<Probe>,
+    /// The sender's packet just before it never reached the capture point.
+    pub missed: bool,
+}
+
+/// Per-connection state: each side's last new segment and IP IDs.
 #[derive(Debug, Default)]
 pub struct LossTimer {
     last: [Option<Last>; 2],
+    ids: [Ids; 2],
 }
 
 /// `a` is an older timestamp than `b` (RFC 7323 wrap-around order).
@@ -59,9 +107,15 @@ fn older(a: u32, b: u32) -> bool {
 }
 
 impl LossTimer {
-    /// Feeds one event with its segment's timestamps (TSval, TSecr), if any.
-    pub fn step(&mut self, info: &ConnInfo, ev: &Event, ts: Option<(u32, u32)>) -> Option<Probe> {
+    /// Feeds one event with its segment's timestamps (TSval, TSecr) and IPv4 ID, if any.
+    pub fn step(&mut self, info: &ConnInfo, ev: &Event, ts: Option<(u32, u32)>, ip_id: Option<u16>) -> Release {
         let a = ev.from;
+        let len = match ev.kind {
+            EventKind::Data { len, .. } => len,
+            _ => 0,
+        };
+        let big = info.mss[a.idx()].is_some_and(|m| len > m);
+        let missed = self.ids[a.idx()].step(ip_id, big);
         // This segment acknowledges the other side's last one?
         if let (Some(l), Some(ack)) = (&mut self.last[a.other().idx()], ev.ack)
             && l.acked.is_none()
@@ -89,18 +143,18 @@ impl LossTimer {
                 });
                 self.last[a.idx()] =
                     Some(Last { end: seq + i64::from(len), ts: ev.ts_ns, frame: ev.frame, len, acked: None });
-                probe
+                Release { probe, missed }
             }
             // A re-send (the timer's other form) or a probe: the tracker classifies it.
             EventKind::Data { .. } | EventKind::Fin => {
                 self.last[a.idx()] = None;
-                None
+                Release::default()
             }
             EventKind::Syn { .. } | EventKind::Rst => {
                 self.last = [None, None];
-                None
+                Release::default()
             }
-            EventKind::Ack => None,
+            EventKind::Ack => Release::default(),
         }
     }
 }
@@ -117,7 +171,7 @@ mod tests {
         s.events
             .iter()
             .enumerate()
-            .filter_map(|(k, e)| t.step(&i, e, ts.get(k).copied().flatten()).map(|p| (e.frame, p)))
+            .filter_map(|(k, e)| t.step(&i, e, ts.get(k).copied().flatten(), None).probe.map(|p| (e.frame, p)))
             .collect()
     }
 
@@ -172,5 +226,41 @@ mod tests {
     #[test]
     fn timestamps_compare_across_the_wrap() {
         assert!(older(u32::MAX - 5, 3) && !older(3, u32::MAX - 5) && !older(7, 7));
+    }
+
+    /// Captured at the client: the server's body was lost before it and re-sent by the
+    /// probe; the IDs of the server's packets, one apart so far, skip one.
+    #[test]
+    fn a_step_of_two_in_a_run_of_ids_is_a_packet_lost_before_the_capture_point() {
+        let mut s = Seq::new();
+        for k in 0..3 {
+            s.data(k * 50 * MS, Client, 68);
+            s.data(k * 50 * MS + 40 * US, Server, 106);
+            s.ack(k * 50 * MS + 44 * MS, Client);
+            s.data(k * 50 * MS + 44 * MS + 40 * US, Server, 600);
+        }
+        s.data(150 * MS, Client, 68);
+        s.data(150 * MS + 40 * US, Server, 106);
+        s.ack(194 * MS, Client);
+        s.data(420 * MS, Server, 600); // the first copy, ID +1, never arrived
+        let i = info(20 * US, 20 * US);
+        let server_ids = |ids: &[u16]| {
+            let mut t = LossTimer::default();
+            let mut next = ids.iter();
+            s.events
+                .iter()
+                .map(|e| {
+                    let id = if e.from == Server { next.next().copied() } else { Some(7) };
+                    t.step(&i, e, None, id).missed
+                })
+                .collect::<Vec<bool>>()
+        };
+        let last = s.events.len() - 1;
+        // Linux: one apart, then two.
+        let got = server_ids(&[101, 102, 103, 104, 105, 106, 107, 109]);
+        assert!(got[last] && got.iter().filter(|m| **m).count() == 1, "{got:?}");
+        // Random or global IDs never make a run: nothing is concluded.
+        let got = server_ids(&[4711, 90, 3, 60001, 812, 9, 2000, 2002]);
+        assert!(got.iter().all(|m| !m));
     }
 }

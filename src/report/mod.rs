@@ -351,6 +351,10 @@ pub struct ExpectFinding {
     pub server: String,
     /// Requests whose body waited.
     pub requests: u64,
+    /// Of those, requests whose head the capture's snap length cut before
+    /// its end: the header was not seen, the shape (a request head, no answer,
+    /// then the body after a wait) says so.
+    pub header_cut: u64,
     /// Connections they came on.
     pub connections: u64,
     /// Head → body.

@@ -269,6 +269,7 @@ mod tests {
                 len: payload.len() as u32,
                 options: TcpOptions::default(),
                 payload,
+                ip_id: None,
             };
             t.segment(&seg, &mut log);
         }

@@ -568,6 +568,7 @@ mod tests {
             len: 0,
             options: TcpOptions::default(),
             payload: &[],
+            ip_id: None,
         }
     }
 
