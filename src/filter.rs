@@ -330,6 +330,7 @@ mod tests {
             options: TcpOptions::default(),
             payload: &[],
             ip_id: None,
+            tcp_options: &[],
         }
     }
 

@@ -108,7 +108,8 @@ pub(crate) struct ServerAgg {
     /// Round trips per exchange, each times the exchange's RTT, summed.
     pub(crate) sum_path: i64,
     pub(crate) rounds: u64,
-    /// The exchanges' client ↔ server round trip.
+    /// The exchanges' client ↔ server round trip (each connection's last
+    /// estimate, once per exchange: recorded as the connection closes).
     pub(crate) rtt: Dist,
     pub(crate) path_examples: Vec<u64>,
     pub(crate) slow: u64,
@@ -224,7 +225,6 @@ impl ServerAgg {
         let path = t.network.saturating_mul(i64::from(x.rounds.max(1))).min(t.total);
         self.sum_path = self.sum_path.saturating_add(path);
         self.rounds += u64::from(x.rounds.max(1));
-        self.rtt.record(t.network);
         push_example(&mut self.path_examples, &[x.first_frame, x.last_frame], 2);
         if t.think >= SLOW_THINK_NS {
             self.slow += 1;

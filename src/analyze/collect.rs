@@ -336,6 +336,7 @@ impl Sink<ConnState> for Collector<'_> {
             if server.software.is_none() {
                 server.software = det.server_software.take();
             }
+            server.rtt.record_n(info.rtt(), u32::try_from(st.exchanges).unwrap_or(u32::MAX));
         }
         for side in [Side::Client, Side::Server] {
             if st.stalls[side.idx()] + st.held_loss[side.idx()] > 0

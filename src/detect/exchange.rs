@@ -21,12 +21,12 @@ use super::timer::{LOSS_TIMER_MIN_NS, Release};
 use super::{Exchange, Stall};
 use crate::tcp::{DataClass, Event, EventKind, Side};
 
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Phase {
     #[default]
     Idle,
-    Request(Exchange),
-    Response(Exchange),
+    Request,
+    Response,
 }
 
 /// Gaps shorter than this are scheduling noise, not pauses.
@@ -36,6 +36,9 @@ pub const PAUSE_MIN_NS: i64 = 2_000_000;
 #[derive(Debug, Default)]
 pub struct Exchanges {
     phase: Phase,
+    /// The exchange under way (request, or response): changed in place, as
+    /// this runs on every data segment.
+    x: Exchange,
     /// Last pure ACK from the side receiving the message being sent.
     peer_ack_ts: Option<i64>,
     /// End of each side's highest new bytes (0 before any: the first byte is
@@ -45,110 +48,128 @@ pub struct Exchanges {
     req_new_last: i64,
 }
 
-/// How a segment that continues a message was let go.
-struct Gap {
-    /// Since the sender's previous segment, ns.
-    ns: i64,
-    /// Nagle stall time, if plainly held.
-    held: i64,
-    /// Released by a loss: a probe, or bytes skipped after a loss timer's gap.
-    lost: bool,
-    /// Released by the receiver's ACK.
-    released: bool,
+/// Where a gap before a segment that continues a message goes.
+enum Charge {
+    Stall(i64),
+    Loss(i64),
+    /// One more round trip: the sender waited for the receiver's ACK.
+    Round,
+    /// The sender's own pause.
+    Pause(i64),
+    Nothing,
 }
 
-impl Gap {
-    /// Adds the gap to `x`: `pause` is the sender's own pause counter.
-    fn charge(
-        &self,
-        x: &mut Exchange,
-        stall: fn(&mut Exchange) -> &mut i64,
-        pause: fn(&mut Exchange) -> &mut i64,
-        rtt: i64,
-    ) {
-        if self.held > 0 {
-            let s = stall(x);
-            *s = s.saturating_add(self.held);
-        } else if self.lost {
-            x.loss = x.loss.saturating_add(self.ns);
-        } else if self.released {
-            // Waited for the receiver's ACK: one more round trip.
-            x.rounds += u32::from(self.ns > 0 && self.ns >= rtt / 2);
-        } else if self.ns >= PAUSE_MIN_NS {
-            let p = pause(x);
-            *p = p.saturating_add(self.ns);
+impl Charge {
+    /// Adds it to the message's stall, its sender's pause, the loss or the round trips.
+    #[inline]
+    fn add(self, stall: &mut i64, pause: &mut i64, loss: &mut i64, rounds: &mut u32) {
+        match self {
+            Charge::Stall(n) => *stall = stall.saturating_add(n),
+            Charge::Loss(n) => *loss = loss.saturating_add(n),
+            Charge::Round => *rounds += 1,
+            Charge::Pause(n) => *pause = pause.saturating_add(n),
+            Charge::Nothing => {}
         }
     }
 }
 
 impl Exchanges {
     /// Feeds one event, the stall the Nagle detector found on it (if any),
-    /// what the loss timer detector saw, and the round trips from the capture
-    /// point to [client, server] (ns).
+    /// what the loss timer and IP IDs say of it, and the round trips from the
+    /// capture point to [client, server] (ns).
     #[inline]
     pub fn step(&mut self, ev: &Event, stall: Option<&Stall>, release: Release, rtt: [i64; 2]) -> Option<Exchange> {
-        if ev.kind == EventKind::Ack {
-            if matches!((&self.phase, ev.from), (Phase::Response(_), Side::Client) | (Phase::Request(_), Side::Server))
-            {
-                self.peer_ack_ts = Some(ev.ts_ns);
-            }
-            return None;
-        }
-        if let EventKind::Data { class: DataClass::Retransmission { .. }, .. } = ev.kind {
-            // Lost bytes of the message being sent: the wait for their re-send is loss time.
-            match (&mut self.phase, ev.from) {
-                (Phase::Request(x), Side::Client) => {
-                    x.loss = x.loss.saturating_add((ev.ts_ns - x.req_last).max(0));
-                    x.req_last = x.req_last.max(ev.ts_ns);
+        match ev.kind {
+            EventKind::Data { seq, len, class: DataClass::New } => self.new_data(ev, seq, len, stall, release, rtt),
+            EventKind::Ack => {
+                if matches!((self.phase, ev.from), (Phase::Response, Side::Client) | (Phase::Request, Side::Server)) {
+                    self.peer_ack_ts = Some(ev.ts_ns);
                 }
-                (Phase::Response(x), Side::Server) => {
-                    x.loss = x.loss.saturating_add((ev.ts_ns - x.resp_last).max(0));
-                    x.resp_last = x.resp_last.max(ev.ts_ns);
-                    x.last_frame = ev.frame;
-                }
-                _ => {}
+                None
             }
-            return None;
+            EventKind::Data { class: DataClass::Retransmission { .. }, .. } => {
+                self.resent(ev);
+                None
+            }
+            _ => None,
         }
-        let EventKind::Data { seq, len, class: DataClass::New } = ev.kind else {
-            return None;
-        };
+    }
+
+    /// Lost bytes of the message being sent: the wait for their re-send is loss time.
+    fn resent(&mut self, ev: &Event) {
+        let x = &mut self.x;
+        match (self.phase, ev.from) {
+            (Phase::Request, Side::Client) => {
+                x.loss = x.loss.saturating_add((ev.ts_ns - x.req_last).max(0));
+                x.req_last = x.req_last.max(ev.ts_ns);
+            }
+            (Phase::Response, Side::Server) => {
+                x.loss = x.loss.saturating_add((ev.ts_ns - x.resp_last).max(0));
+                x.resp_last = x.resp_last.max(ev.ts_ns);
+                x.last_frame = ev.frame;
+            }
+            _ => {}
+        }
+    }
+
+    /// Where the gap between `last` and a segment at `t` that continues a message goes.
+    #[inline]
+    fn charge(&self, ev: &Event, last: i64, held: i64, lost: bool, skips: bool, rtt: [i64; 2]) -> Charge {
+        let (t, ns) = (ev.ts_ns, ev.ts_ns - last);
+        if held > 0 {
+            Charge::Stall(held)
+        } else if lost || (skips && ns >= LOSS_TIMER_MIN_NS) {
+            Charge::Loss(ns)
+        } else if self
+            .peer_ack_ts
+            .is_some_and(|a| a > last && t - a <= 2 * rtt[ev.from.idx()] + super::nagle::PROMPT_SLACK_NS)
+        {
+            if ns > 0 && ns >= (rtt[0] + rtt[1]) / 2 { Charge::Round } else { Charge::Nothing }
+        } else if ns >= PAUSE_MIN_NS {
+            Charge::Pause(ns)
+        } else {
+            Charge::Nothing
+        }
+    }
+
+    #[inline]
+    fn new_data(
+        &mut self,
+        ev: &Event,
+        seq: i64,
+        len: u32,
+        stall: Option<&Stall>,
+        release: Release,
+        rtt: [i64; 2],
+    ) -> Option<Exchange> {
         let t = ev.ts_ns;
         let bytes = u64::from(len);
         let hi = &mut self.hi[ev.from.idx()];
         // Something of the sender's went missing before this segment.
         let skips = seq > (*hi).max(1) || release.missed;
-        let probe = release.probe.is_some();
         *hi = (*hi).max(seq + i64::from(len));
         let held = stall.filter(|s| !s.timer).map_or(0, |s| s.stall_ns);
-        let gap = |last: i64, peer_ack: Option<i64>| {
-            let ns = t - last;
-            Gap {
-                ns,
-                held,
-                lost: held == 0 && (probe || (skips && ns >= LOSS_TIMER_MIN_NS)),
-                released: peer_ack
-                    .is_some_and(|a| a > last && t - a <= 2 * rtt[ev.from.idx()] + super::nagle::PROMPT_SLACK_NS),
-            }
-        };
-        let round_trip = rtt[0] + rtt[1];
-        // Mutate in place: this runs on every data segment.
-        match (&mut self.phase, ev.from) {
-            (Phase::Request(x), Side::Client) => {
-                gap(x.req_last, self.peer_ack_ts).charge(x, |x| &mut x.req_stall, |x| &mut x.req_pause, round_trip);
+        match (self.phase, ev.from) {
+            (Phase::Request, Side::Client) => {
+                let c = self.charge(ev, self.x.req_last, held, release.probe, skips, rtt);
+                let x = &mut self.x;
+                c.add(&mut x.req_stall, &mut x.req_pause, &mut x.loss, &mut x.rounds);
                 x.req_last = t;
-                self.req_new_last = t;
                 x.req_bytes += bytes;
+                self.req_new_last = t;
                 None
             }
-            (Phase::Response(x), Side::Server) => {
-                gap(x.resp_last, self.peer_ack_ts).charge(x, |x| &mut x.resp_stall, |x| &mut x.resp_pause, round_trip);
+            (Phase::Response, Side::Server) => {
+                let c = self.charge(ev, self.x.resp_last, held, release.probe, skips, rtt);
+                let x = &mut self.x;
+                c.add(&mut x.resp_stall, &mut x.resp_pause, &mut x.loss, &mut x.rounds);
                 x.resp_last = t;
                 x.resp_bytes += bytes;
                 x.last_frame = ev.frame;
                 None
             }
-            (Phase::Request(x), Side::Server) => {
+            (Phase::Request, Side::Server) => {
+                let x = &mut self.x;
                 if skips && t - self.req_new_last >= LOSS_TIMER_MIN_NS {
                     // The response's first bytes went missing: the wait was for their re-send.
                     x.first_loss = t - x.req_last;
@@ -158,20 +179,20 @@ impl Exchanges {
                 x.resp_bytes = bytes;
                 x.resp_stall = held;
                 x.last_frame = ev.frame;
-                let x = *x;
-                self.phase = Phase::Response(x);
+                self.phase = Phase::Response;
                 self.peer_ack_ts = None;
                 None
             }
-            (Phase::Response(x), Side::Client) => {
-                let done = *x;
-                self.phase = Phase::Request(start(ev, bytes, held));
+            (Phase::Response, Side::Client) => {
+                let done = std::mem::replace(&mut self.x, start(ev, bytes, held));
+                self.phase = Phase::Request;
                 self.peer_ack_ts = None;
                 self.req_new_last = t;
                 Some(done)
             }
             (Phase::Idle, Side::Client) => {
-                self.phase = Phase::Request(start(ev, bytes, held));
+                self.x = start(ev, bytes, held);
+                self.phase = Phase::Request;
                 self.req_new_last = t;
                 None
             }
@@ -182,10 +203,8 @@ impl Exchanges {
 
     /// The exchange still open at the end of the connection, if it got a response.
     pub fn finish(&mut self) -> Option<Exchange> {
-        match std::mem::take(&mut self.phase) {
-            Phase::Response(x) => Some(x),
-            _ => None,
-        }
+        let done = std::mem::take(&mut self.phase) == Phase::Response;
+        done.then_some(self.x)
     }
 }
 

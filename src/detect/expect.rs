@@ -22,25 +22,35 @@ pub const EXPECT_WAIT_MIN_NS: i64 = 10_000_000;
 pub struct Expect {
     /// The head that asked (or may have): its time, frame, and whether the header was seen.
     waiting: Option<(i64, u64, bool)>,
-    /// Sender of the last new bytes (a request starts when the client speaks after the server).
-    last: Option<Side>,
+    /// The last new bytes came from the client (the next client bytes continue a request).
+    client_spoke: bool,
 }
 
 impl Expect {
-    /// Feeds one event; `payload` is its captured payload.
+    /// Feeds one segment of new data (the caller leaves the rest out);
+    /// `payload` is its captured payload. Runs on every data segment: what is
+    /// neither a request's first segment that may carry a body nor the one
+    /// after a head that asked returns at once.
+    #[inline]
     pub fn step(&mut self, info: &ConnInfo, ev: &Event, payload: &[u8]) -> Option<Observation> {
-        let EventKind::Data { len, class: DataClass::New, .. } = ev.kind else {
-            if matches!(ev.kind, EventKind::Syn { .. } | EventKind::Fin | EventKind::Rst) {
-                *self = Expect::default();
-            }
-            return None;
-        };
-        let starts = self.last != Some(Side::Client);
-        self.last = Some(ev.from);
         if ev.from == Side::Server {
+            self.client_spoke = false;
             self.waiting = None;
             return None;
         }
+        let starts = !std::mem::replace(&mut self.client_spoke, true);
+        // GET and HEAD carry no body to wait for.
+        if self.waiting.is_none() && (!starts || matches!(payload.first(), Some(b'G' | b'H'))) {
+            return None;
+        }
+        self.request(info, ev, payload, starts)
+    }
+
+    #[inline(never)]
+    fn request(&mut self, info: &ConnInfo, ev: &Event, payload: &[u8], starts: bool) -> Option<Observation> {
+        let EventKind::Data { len, class: DataClass::New, .. } = ev.kind else {
+            return None;
+        };
         if let Some((t, frame, header_seen)) = self.waiting.take() {
             let wait_ns = ev.ts_ns - t;
             let body = !http::is_request(payload);
@@ -68,9 +78,11 @@ mod tests {
     fn run(s: &Seq, payloads: &[&[u8]]) -> Vec<Observation> {
         let i = info(20 * US, 20 * US);
         let mut x = Expect::default();
+        // As the caller does: new data only.
         s.events
             .iter()
             .enumerate()
+            .filter(|(_, e)| matches!(e.kind, EventKind::Data { class: DataClass::New, .. }))
             .filter_map(|(k, e)| x.step(&i, e, payloads.get(k).copied().unwrap_or(&[])))
             .collect()
     }

@@ -176,7 +176,6 @@ pub enum Observation {
 #[derive(Debug, Default)]
 pub struct Detectors {
     nagle: nagle::Nagle,
-    timer: timer::LossTimer,
     expect: expect::Expect,
     exchanges: exchange::Exchanges,
     handshake: handshake::Handshake,
@@ -199,30 +198,14 @@ impl Detectors {
             self.sniffed = true;
             self.server_software = http::server_header(payload).map(str::to_string);
         }
-        let release = self.timer.step(info, ev, seg.options.timestamps, seg.ip_id);
-        let probe = release.probe;
-        let mut stall = self.nagle.step(info, ev);
-        if stall.is_none()
-            && let Some(p) = probe
-            && p.prev_small
-        {
-            // Held behind a small segment and sent by the loss timer: Nagle + loss.
-            let (ack_frame, ack_seen_ns) = p.lost_ack.unwrap_or((0, 0));
-            stall = Some(Stall {
-                nagle: ev.from,
-                small_frame: p.prev_frame,
-                ack_frame,
-                held_frame: ev.frame,
-                ack_delay_ns: (ack_seen_ns - info.rtt_to(ev.from.other())).max(0),
-                ack_seen_ns,
-                stall_ns: p.since_ns,
-                timer: true,
-            });
-        }
+        let stall = self.nagle.step(info, ev, || seg.timestamps(), seg.ip_id);
+        let release = self.nagle.release();
         if let Some(s) = stall {
             out(Observation::Stall(s));
         }
-        if let Some(o) = self.expect.step(info, ev, payload) {
+        if let EventKind::Data { class: DataClass::New, .. } = ev.kind
+            && let Some(o) = self.expect.step(info, ev, payload)
+        {
             out(o);
         }
         let rtt = [info.rtt_to(Side::Client), info.rtt_to(Side::Server)];

@@ -37,6 +37,7 @@ fn run_with(
             options: TcpOptions { timestamps: ts.get(k).copied().flatten(), ..TcpOptions::default() },
             payload: payload.get(k).copied().unwrap_or(&[]),
             ip_id: ids.get(k).copied().flatten(),
+            tcp_options: &[],
         };
         d.step(i, ev, &seg, &mut |o| out.push(o));
     }

@@ -270,6 +270,7 @@ mod tests {
                 options: TcpOptions::default(),
                 payload,
                 ip_id: None,
+                tcp_options: &[],
             };
             t.segment(&seg, &mut log);
         }

@@ -372,6 +372,7 @@ mod tests {
             options: TcpOptions { mss: Some(1460), timestamps: timestamps.then_some((1, 0)), ..TcpOptions::default() },
             payload: &[],
             ip_id: None,
+            tcp_options: &[],
         }
     }
 
@@ -425,6 +426,7 @@ mod tests {
                 options,
                 payload: &[],
                 ip_id: None,
+                tcp_options: &[],
             };
             t.segment(&seg, &mut sink);
             *sink.0.last().unwrap()

@@ -64,6 +64,7 @@ mod tests {
             let x = Exchange { rounds, first_frame: 4 * k + 1, last_frame: 4 * k + 4, ..Exchange::default() };
             s.add_exchange(&t, &x);
         }
+        s.rtt.record_n(network, n as u32);
         s
     }
 

@@ -329,7 +329,9 @@ impl WatchSink {
                     m.latency.observe(t.total.max(0) as f64 / 1e9);
                 }
                 if named {
-                    self.agg.servers.entry(info.server).or_default().add_exchange(&t, &x);
+                    let s = self.agg.servers.entry(info.server).or_default();
+                    s.add_exchange(&t, &x);
+                    s.rtt.record(t.network);
                 }
                 return;
             }
@@ -569,6 +571,7 @@ mod tests {
             options: TcpOptions::default(),
             payload: &[],
             ip_id: None,
+            tcp_options: &[],
         }
     }
 

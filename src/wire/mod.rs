@@ -50,14 +50,26 @@ pub struct Segment<'a> {
     pub window: u16,
     /// Payload length on the wire, from the IP length (not cut by the snap length).
     pub len: u32,
-    /// Options the tracker uses: all of them on SYN segments; on the others
-    /// only the timestamps (whose echo tells whether an ACK reached its sender).
+    /// Options the tracker uses; parsed on SYN segments only, default elsewhere
+    /// (see [`Segment::timestamps`]).
     pub options: TcpOptions,
+    /// The captured TCP option bytes, read only when asked.
+    pub tcp_options: &'a [u8],
     /// The captured part of the payload (may be shorter than `len`).
     pub payload: &'a [u8],
     /// IPv4 identification (Linux numbers each socket's packets in turn, so a
     /// gap says one went missing before the capture point); `None` for IPv6.
     pub ip_id: Option<u16>,
+}
+
+impl Segment<'_> {
+    /// The timestamp option (TSval, TSecr), parsed now: only a few segments need it.
+    pub fn timestamps(&self) -> Option<(u32, u32)> {
+        if self.options.timestamps.is_some() {
+            return self.options.timestamps;
+        }
+        tcp::timestamps(self.tcp_options)
+    }
 }
 
 /// Why a frame could not be decoded.
@@ -139,11 +151,8 @@ pub fn decode(
         flags: tcp.flags(),
         window: tcp.window(),
         len: len as u32,
-        options: if tcp.flags().syn() {
-            tcp.options()
-        } else {
-            TcpOptions { timestamps: tcp.timestamps(), ..TcpOptions::default() }
-        },
+        options: if tcp.flags().syn() { tcp.options() } else { TcpOptions::default() },
+        tcp_options: tcp.option_bytes(),
         payload: &payload[..payload.len().min(len)],
         ip_id,
     }))
