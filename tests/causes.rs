@@ -69,6 +69,7 @@ fn nagle_plus_loss_count_matches_tshark() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let gaps: u64 = text.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(text.split_whitespace().count() == 3, "{text}");
     assert_eq!(nagle(&run("loss_nagle_srv.pcap"))[0].with_loss, gaps);
 }
 

@@ -494,9 +494,9 @@ ip netns del "$NS_R" 2>/dev/null || true
 #     snaplen 200. A lost delayed ACK (or a lost small segment) leaves the
 #     held body to the server's tail-loss probe, ~230 ms later: what an older
 #     analyze took for server think time (app_latency, "not in TCP"). The run
-#     is repeated (at most 10 times) until at least a tenth of the responses
-#     have such a probe-released segment at the server's end
-#     (lab/timer_gaps.py), so the capture shows that case.
+#     is repeated (at most 10 times) until at least 3 responses have such a
+#     probe-released segment at the server's end and some segment was re-sent
+#     (lab/timer_gaps.py), so the capture shows both causes.
 if want loss_nagle; then
     log "loss_nagle (3 % random loss + Nagle, port 28121)"
     for n in "$NS_LA" "$NS_LB" "$NS_LR"; do
@@ -537,9 +537,9 @@ EOF
         ip netns exec "$NS_LB" "${CLIENT[@]}" --host 10.98.1.1 --port 28121 -n 60
         stop "$s1"
         cap_stop "$c1"; stop "$c2"
-        read -r gaps responses < <(python3 "$LAB/timer_gaps.py" "$WORK/loss_nagle_srv.pcap" 28121)
-        echo "attempt $try: $gaps of $responses responses released by the loss timer"
-        if [ $((gaps * 10)) -ge "$responses" ]; then break; fi
+        read -r gaps responses resent < <(python3 "$LAB/timer_gaps.py" "$WORK/loss_nagle_srv.pcap" 28121)
+        echo "attempt $try: $gaps of $responses responses released by the loss timer, $resent segments re-sent"
+        if [ "$gaps" -ge 3 ] && [ "$resent" -ge 1 ]; then break; fi
         [ "$try" -lt 10 ] || { echo "no run showed the case" >&2; exit 1; }
     done
     ip netns exec "$NS_LR" nft list table inet tcpdoc_loss3 | grep counter

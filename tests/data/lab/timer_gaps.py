@@ -6,7 +6,8 @@ at least 190 ms after the server's previous data segment, with no client
 segment acknowledging that previous one in between, was sent by the server's
 tail-loss probe: the ACK that would have released it was lost before the
 capture point (or the previous segment was). Read at the server's end of the
-path. Prints "TIMER_GAPS RESPONSES" (responses = runs of server data).
+path. Prints "TIMER_GAPS RESPONSES RETRANSMISSIONS" (responses = runs of
+server data; retransmissions = data segments tshark flags, either side).
 Usage: timer_gaps.py FILE SERVER_PORT
 """
 import subprocess, sys
@@ -19,7 +20,7 @@ for x in fields:
     cmd += ["-e", x]
 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
-gaps = responses = 0
+gaps = responses = resent = 0
 prev = None           # (time, end seq) of the server's last new data segment
 acked = False         # the client acknowledged it since
 last_from_server = False
@@ -27,6 +28,7 @@ for line in out.splitlines():
     t, sport, seq, ack, ln, r1, r2, r3 = line.split("|")
     t, seq, ack, ln = float(t), int(seq or 0), int(ack or 0), int(ln or 0)
     rtx = bool(r1 or r2 or r3)
+    resent += rtx and ln > 0
     if sport == port:
         if ln == 0 or rtx:
             continue
@@ -41,4 +43,4 @@ for line in out.splitlines():
             acked = True
         if ln > 0:
             last_from_server = False
-print(gaps, responses)
+print(gaps, responses, resent)
