@@ -201,6 +201,12 @@ impl Exchanges {
         }
     }
 
+    /// A request is under way: the client spoke last (new bytes).
+    #[inline]
+    pub fn in_request(&self) -> bool {
+        self.phase == Phase::Request
+    }
+
     /// The exchange still open at the end of the connection, if it got a response.
     pub fn finish(&mut self) -> Option<Exchange> {
         let done = std::mem::take(&mut self.phase) == Phase::Response;

@@ -22,23 +22,22 @@ pub const EXPECT_WAIT_MIN_NS: i64 = 10_000_000;
 pub struct Expect {
     /// The head that asked (or may have): its time, frame, and whether the header was seen.
     waiting: Option<(i64, u64, bool)>,
-    /// The last new bytes came from the client (the next client bytes continue a request).
-    client_spoke: bool,
 }
 
 impl Expect {
     /// Feeds one segment of new data (the caller leaves the rest out);
-    /// `payload` is its captured payload. Runs on every data segment: what is
-    /// neither a request's first segment that may carry a body nor the one
-    /// after a head that asked returns at once.
+    /// `payload` is its captured payload, `starts` says it begins a request
+    /// (the client speaks after the server, or first). Runs on every data
+    /// segment: what is neither a request's first segment that may carry a
+    /// body nor the one after a head that asked returns at once.
     #[inline]
-    pub fn step(&mut self, info: &ConnInfo, ev: &Event, payload: &[u8]) -> Option<Observation> {
+    pub fn step(&mut self, info: &ConnInfo, ev: &Event, payload: &[u8], starts: bool) -> Option<Observation> {
         if ev.from == Side::Server {
-            self.client_spoke = false;
-            self.waiting = None;
+            if self.waiting.is_some() {
+                self.waiting = None;
+            }
             return None;
         }
-        let starts = !std::mem::replace(&mut self.client_spoke, true);
         // GET and HEAD carry no body to wait for.
         if self.waiting.is_none() && (!starts || matches!(payload.first(), Some(b'G' | b'H'))) {
             return None;
@@ -78,12 +77,17 @@ mod tests {
     fn run(s: &Seq, payloads: &[&[u8]]) -> Vec<Observation> {
         let i = info(20 * US, 20 * US);
         let mut x = Expect::default();
-        // As the caller does: new data only.
+        // As the caller does: new data only, a request starting when the client speaks after the server.
+        let mut client_spoke = false;
         s.events
             .iter()
             .enumerate()
             .filter(|(_, e)| matches!(e.kind, EventKind::Data { class: DataClass::New, .. }))
-            .filter_map(|(k, e)| x.step(&i, e, payloads.get(k).copied().unwrap_or(&[])))
+            .filter_map(|(k, e)| {
+                let starts = e.from == Client && !client_spoke;
+                client_spoke = e.from == Client;
+                x.step(&i, e, payloads.get(k).copied().unwrap_or(&[]), starts)
+            })
             .collect()
     }
 

@@ -204,7 +204,7 @@ impl Detectors {
             out(Observation::Stall(s));
         }
         if let EventKind::Data { class: DataClass::New, .. } = ev.kind
-            && let Some(o) = self.expect.step(info, ev, payload)
+            && let Some(o) = self.expect.step(info, ev, payload, !self.exchanges.in_request())
         {
             out(o);
         }
