@@ -30,47 +30,11 @@ PORT=$(free_port 18280)
 
 WORK=$(mktemp -d /tmp/tcpdoctor-bench-wrk.XXXXXX)
 nginx_conf "$WORK" "$PORT" off ""
-NGINX_PID=""
-cleanup() {
-    [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null && wait "$NGINX_PID" 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-timeout 900 taskset -c "$SERVER_CPUS" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" &
-NGINX_PID=$!
-for _ in $(seq 100); do
-    ss -Htln "sport = :$PORT" | grep -q . && break
-    sleep 0.05
-done
+start_pinned_nginx "$NGINX" "$WORK" "$PORT"
 URL="http://127.0.0.1:$PORT/"
 echo "nginx $("$NGINX" -v 2>&1 | sed 's/.*\///') on $URL (cpus $SERVER_CPUS); clients on cpus $CLIENT_CPUS; $ROUNDS rounds of $DUR"
 
-# One run: prints "REQ_PER_S REQUESTS CPU_SECONDS".
-run() {
-    local out cpu
-    out=$( { /usr/bin/time -f "CPU %U %S" timeout 120 taskset -c "$CLIENT_CPUS" "$@" "$URL"; } 2>&1 )
-    cpu=$(echo "$out" | awk '/^CPU/ {print $2 + $3}')
-    echo "$out" | awk -v cpu="$cpu" '
-        /Requests\/sec:/ {rps = $2}
-        / requests in / {n = $1}
-        END {print rps, n, cpu}'
-}
-
-declare -a W_RPS T_RPS W_CPR T_CPR
-for r in $(seq "$ROUNDS"); do
-    read -r rps n cpu < <(run wrk -t1 -c50 -d"$DUR")
-    W_RPS+=("$rps"); W_CPR+=("$(awk -v c="$cpu" -v n="$n" 'BEGIN {printf "%.3f", c / n * 1e6}')")
-    echo "round $r  wrk        $rps req/s  $n requests  $cpu CPU s  ${W_CPR[-1]} us CPU/request"
-    read -r rps n cpu < <(run "$TD" bench -t1 -c50 -d"$DUR")
-    T_RPS+=("$rps"); T_CPR+=("$(awk -v c="$cpu" -v n="$n" 'BEGIN {printf "%.3f", c / n * 1e6}')")
-    echo "round $r  tcpdoctor  $rps req/s  $n requests  $cpu CPU s  ${T_CPR[-1]} us CPU/request"
-done
-
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-WR=$(median "${W_RPS[@]}"); TR=$(median "${T_RPS[@]}")
-WC=$(median "${W_CPR[@]}"); TC=$(median "${T_CPR[@]}")
-echo "median req/s:       wrk $WR  tcpdoctor $TR  ratio $(awk -v a="$TR" -v b="$WR" 'BEGIN {printf "%.2f", a / b}')x  (target >= 1.15x)"
-echo "median CPU/request: wrk ${WC}us  tcpdoctor ${TC}us  ratio $(awk -v a="$TC" -v b="$WC" 'BEGIN {printf "%.2f", a / b}')x  (target <= 0.90x)"
+wrk_vs_bench "$ROUNDS" "$DUR" "$URL" 1.15 0.90
 # nginx's own CPU decides the ceiling when it saturates its core.
 # nginx runs under `timeout`: its PID is that process's child.
 NPID=$(pgrep -P "$NGINX_PID" | head -1)

@@ -37,3 +37,60 @@ http {
 }
 CONF
 }
+
+# One run of CMD… URL pinned to CLIENT_CPUS under /usr/bin/time, for wrk's layout
+# (tcpdoctor bench prints the same): prints "REQ_PER_S REQUESTS CPU_SECONDS".
+timed_run() {
+    local url=$1 out cpu
+    shift
+    out=$( { /usr/bin/time -f "CPU %U %S" timeout 120 taskset -c "$CLIENT_CPUS" "$@" "$url"; } 2>&1 )
+    cpu=$(echo "$out" | awk '/^CPU/ {print $2 + $3}')
+    echo "$out" | awk -v cpu="$cpu" '
+        /Requests\/sec:/ {rps = $2}
+        / requests in / {n = $1}
+        END {print rps, n, cpu}'
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+# wrk_vs_bench ROUNDS DUR URL RPS_TARGET CPU_TARGET [BENCH_ARGS…]: `wrk -t1 -c50` and
+# `tcpdoctor bench -t1 -c50 BENCH_ARGS` ($TD) alternately, ROUNDS times each; prints
+# every run, the medians and the ratios against the targets.
+wrk_vs_bench() {
+    local rounds=$1 dur=$2 url=$3 rps_target=$4 cpu_target=$5 r rps n cpu
+    shift 5
+    local -a w_rps t_rps w_cpr t_cpr
+    for r in $(seq "$rounds"); do
+        read -r rps n cpu < <(timed_run "$url" wrk -t1 -c50 -d"$dur")
+        w_rps+=("$rps"); w_cpr+=("$(awk -v c="$cpu" -v n="$n" 'BEGIN {printf "%.3f", c / n * 1e6}')")
+        echo "round $r  wrk        $rps req/s  $n requests  $cpu CPU s  ${w_cpr[-1]} us CPU/request"
+        read -r rps n cpu < <(timed_run "$url" "$TD" bench "$@" -t1 -c50 -d"$dur")
+        t_rps+=("$rps"); t_cpr+=("$(awk -v c="$cpu" -v n="$n" 'BEGIN {printf "%.3f", c / n * 1e6}')")
+        echo "round $r  tcpdoctor  $rps req/s  $n requests  $cpu CPU s  ${t_cpr[-1]} us CPU/request"
+    done
+    local wr tr wc tc
+    wr=$(median "${w_rps[@]}"); tr=$(median "${t_rps[@]}")
+    wc=$(median "${w_cpr[@]}"); tc=$(median "${t_cpr[@]}")
+    echo "median req/s:       wrk $wr  tcpdoctor $tr  ratio $(awk -v a="$tr" -v b="$wr" 'BEGIN {printf "%.2f", a / b}')x  (target >= ${rps_target}x)"
+    echo "median CPU/request: wrk ${wc}us  tcpdoctor ${tc}us  ratio $(awk -v a="$tc" -v b="$wc" 'BEGIN {printf "%.2f", a / b}')x  (target <= ${cpu_target}x)"
+}
+
+# start_pinned_nginx NGINX WORK PORT: runs NGINX -c WORK/nginx.conf pinned to
+# SERVER_CPUS (at most 15 minutes) and returns once it listens on PORT; when the
+# script exits, nginx is stopped by its PID and WORK is removed.
+start_pinned_nginx() {
+    PINNED_WORK=$2
+    NGINX_PID=""
+    trap stop_pinned_nginx EXIT
+    timeout 900 taskset -c "$SERVER_CPUS" "$1" -c "$2/nginx.conf" -p "$2" &
+    NGINX_PID=$!
+    for _ in $(seq 100); do
+        ss -Htln "sport = :$3" | grep -q . && break
+        sleep 0.05
+    done
+}
+
+stop_pinned_nginx() {
+    if [ -n "$NGINX_PID" ]; then kill "$NGINX_PID" 2>/dev/null && wait "$NGINX_PID" 2>/dev/null; fi
+    rm -rf "$PINNED_WORK"
+}

@@ -49,7 +49,7 @@ pub fn run() -> Result<Vec<(&'static str, Report)>, InputError> {
 /// One lab server diagnosed by the live demo.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Case {
-    /// `(a)`, `(b)`, `(c)`.
+    /// `(a)`, `(b)`, `(c)`, `(d)`.
     pub label: &'static str,
     /// What the server does.
     pub server: String,
@@ -62,7 +62,7 @@ pub struct Case {
 pub struct LiveDemo {
     /// Schema version.
     pub schema: u32,
-    /// The three lab servers, diagnosed.
+    /// The lab servers, diagnosed: (a)-(c) over HTTP, (d) the Nagle one over HTTPS.
     pub cases: Vec<Case>,
     /// Server (a) diagnosed again after switching it to TCP_NODELAY.
     pub after_fix: crate::report::diagnose::DiagnoseReport,
@@ -72,25 +72,31 @@ pub struct LiveDemo {
 
 /// Starts the lab servers in this process, diagnoses each, then switches the
 /// Nagle server to TCP_NODELAY and diagnoses it again: the fix, verified.
+/// (d) is (a) over HTTPS, its certificate made now and trusted in-process.
 pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<LiveDemo, String> {
     use crate::diagnose;
-    use crate::lab::{Mode, Server};
+    use crate::lab::{Mode, Server, tls::Cert};
+    use crate::measure::tls::Trust;
     use crate::report::diagnose::{Comparison, Summary, render_verdict};
     let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let start = |m| Server::start(m, bind).map_err(|e| format!("cannot start a lab server on 127.0.0.1: {e}"));
+    let cannot = |e| format!("cannot start a lab server on 127.0.0.1: {e}");
+    let start = |m| Server::start(m, bind).map_err(cannot);
+    let cert = Cert::generate(bind.ip())?;
     let servers = [
         ("(a)", start(Mode::Nagle)?),
         ("(b)", start(Mode::NoDelay)?),
         ("(c)", start(Mode::Think(std::time::Duration::from_millis(45)))?),
+        ("(d)", Server::start_tls(Mode::Nagle, bind, &cert).map_err(cannot)?),
     ];
     let mut cases = Vec::new();
     for (label, s) in &servers {
-        say(&format!("== {label} {}: {}\n", s.url(), s.mode().describe()));
-        let d = diagnose::run(&diagnose::Options { url: s.url(), ..o.clone() }, say, &mut |_| {})
+        say(&format!("== {label} {}: {}\n", s.url(), s.describe()));
+        let trust = Trust::Roots(vec![cert.der()]);
+        let d = diagnose::run(&diagnose::Options { url: s.url(), trust, ..o.clone() }, say, &mut |_| {})
             .map_err(|e| e.to_string())?;
         say(&render_verdict(&d));
         say("\n");
-        cases.push(Case { label, server: s.mode().describe(), diagnosis: d });
+        cases.push(Case { label, server: s.describe(), diagnosis: d });
         if crate::interrupt::requested() {
             return Err("interrupted".into());
         }

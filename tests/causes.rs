@@ -156,3 +156,43 @@ fn expect_100_continue_answered_is_nothing() {
     assert_eq!(v["findings"], serde_json::json!([]), "{:#}", v["findings"]);
     assert!(v["breakdown"][0]["client_wait_ms"].as_f64().unwrap() < 5.0, "{:#}", v["breakdown"]);
 }
+
+/// TCP_NODELAY across a real 10 ms round trip (tests/data/rtt, the delay
+/// bridge): each exchange is one round trip and under 1 ms of server time.
+/// "TCP is fine, the path costs 10 ms" is said as `network_latency`; with
+/// Nagle on the same path the Nagle finding stays and the path is not the story.
+#[test]
+fn a_path_that_is_the_exchange_time_is_network_latency() {
+    let r = run("rtt/nodelay_5ms_client.pcap");
+    assert_eq!(kinds(&r), ["network_latency"], "{:#?}", r.findings);
+    let Finding::NetworkLatency(f) = &r.findings[0] else { unreachable!() };
+    assert_eq!((f.server.as_str(), f.exchanges), ("198.18.0.2:8080", 30));
+    assert!((9.8..10.8).contains(&f.rtt_ms.p50), "{f:?}");
+    assert!(f.rtt_share > 0.9 && (1.0..1.1).contains(&f.round_trips_per_exchange), "{f:?}");
+    assert!(f.summary.contains("the path costs the time") && f.fix[0].contains("closer"), "{f:?}");
+    assert!((f.time_lost_ms - 30.0 * f.rtt_ms.p50).abs() < 10.0, "{f:?}");
+    for name in ["nagle_5ms_client", "nagle_5ms_server", "nagle_40ms_client", "nagle_40ms_server"] {
+        let r = run(&format!("rtt/{name}.pcap"));
+        assert!(!kinds(&r).contains(&"network_latency") && nagle(&r).len() == 1, "{name}: {:#?}", r.findings);
+    }
+}
+
+/// The same causes across the delay bridge, 5 ms each way: curl's unanswered
+/// Expect (its head cut by the snap length after the header) and 3 % loss
+/// with Nagle captured at both ends.
+#[test]
+fn expect_and_loss_across_a_real_round_trip() {
+    let r = run("rtt/expect_100.pcap");
+    assert_eq!(kinds(&r), ["expect_100_continue"], "{:#?}", r.findings);
+    let Finding::Expect100Continue(f) = &r.findings[0] else { unreachable!() };
+    assert_eq!((f.client.host.as_str(), f.requests, f.connections), ("198.18.0.1", 5, 2));
+    assert!((990.0..1100.0).contains(&f.wait_ms.p50), "{f:?}");
+    assert!(r.breakdown[0].think_ms < 5.0, "{:?}", r.breakdown);
+    for name in ["loss_nagle.pcap", "loss_nagle_client.pcap"] {
+        let r = run(&format!("rtt/{name}"));
+        let k = kinds(&r);
+        assert!(k.contains(&"retransmission") && !k.contains(&"app_latency"), "{name}: {k:?}");
+        assert!(nagle(&r)[0].with_loss >= 5, "{name}: {:?}", nagle(&r)[0]);
+        assert!(r.breakdown[0].think_ms < 1.0, "{name}: {:?}", r.breakdown);
+    }
+}

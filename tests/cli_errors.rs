@@ -478,7 +478,7 @@ fn bench_bad_command_lines_are_exit_2_before_any_traffic() {
         all.push(&url);
         run(&all).expect_usage(needles);
     }
-    for (u, what) in [("http://127.0.0.1:0/", "port 0"), ("https://127.0.0.1/", "https is not supported")] {
+    for (u, what) in [("http://127.0.0.1:0/", "port 0"), ("ftp://127.0.0.1/", "unknown scheme")] {
         run(&["bench", "-d", "1s", u]).expect(2, &[u, what]);
     }
     server.assert_untouched();

@@ -557,7 +557,7 @@ fn before_must_be_a_diagnose_record() {
 #[test]
 fn bad_urls_fail_in_one_line() {
     for (args, want, code) in [
-        (&["https://127.0.0.1/"][..], "https is not supported", 2),
+        (&["gopher://127.0.0.1/"][..], "unknown scheme", 2),
         (&["http://127.0.0.1:0/"], "port 0", 2),
         (&["http://127.0.0.1:9/", "--verify", "ftp://127.0.0.1/"], "unknown scheme", 2),
         (&["http://no-such-host.invalid/"], "cannot resolve", 3),
@@ -570,7 +570,7 @@ fn bad_urls_fail_in_one_line() {
 }
 
 /// The quick start's first command: (a) stalls, (b) does not, (c) is think
-/// time, and switching (a) to TCP_NODELAY fixes it.
+/// time, (d) stalls over HTTPS, and switching (a) to TCP_NODELAY fixes it.
 #[test]
 fn demo_diagnoses_the_lab_and_verifies_the_fix() {
     let _g = serial();
@@ -578,7 +578,12 @@ fn demo_diagnoses_the_lab_and_verifies_the_fix() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let causes: Vec<&str> = v["cases"].as_array().unwrap().iter().map(|c| cause(&c["diagnosis"])).collect();
-    assert_eq!(causes, ["nagle_delayed_ack", "none", "app_latency"]);
+    assert_eq!(causes, ["nagle_delayed_ack", "none", "app_latency", "nagle_delayed_ack"]);
+    // (d) is (a) over HTTPS: the same stall, between TLS records.
+    let d = &v["cases"][3]["diagnosis"];
+    assert!(d["url"].as_str().unwrap().starts_with("https://"), "{d:#}");
+    assert_eq!(d["load"]["tls"]["version"], "TLSv1.3", "{:#}", d["load"]);
+    assert!(d["verdict"]["summary"].as_str().unwrap().contains("TLS records"), "{:#}", d["verdict"]);
     let lost = v["cases"][0]["diagnosis"]["verdict"]["lost_per_request_ms"].as_f64().unwrap();
     assert!((35.0..60.0).contains(&lost), "(a) lost {lost} ms per request");
     assert_eq!(v["fix"]["fixed"], true);

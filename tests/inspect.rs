@@ -208,7 +208,8 @@ fn python_server_nagle_on_and_tcp_nodelay() {
     }
 }
 
-/// `tcpdoctor lab` runs its Nagle and TCP_NODELAY servers in one process:
+/// `tcpdoctor lab` runs its Nagle and TCP_NODELAY servers in one process (five listening:
+/// three over HTTP, two over HTTPS):
 /// by PID both show, by :PORT one; the text leads with the sentence.
 #[test]
 fn lab_process_with_nagle_and_nodelay_servers_text() {
@@ -218,7 +219,7 @@ fn lab_process_with_nagle_and_nodelay_servers_text() {
     let (nagle, nodelay) = (url_of(&servers, "nagle"), url_of(&servers, "nodelay"));
     let loads = [bench(nagle, 3, 3, 0), bench(nodelay, 3, 3, 200)];
     let v = until_established(&[&pid], 6);
-    assert_eq!(v["summary"]["listening"], 3, "{:#}", v["sockets"]);
+    assert_eq!(v["summary"]["listening"], 5, "{:#}", v["sockets"]);
     for s in established(&v) {
         let on_nagle_port = s["local"].as_str().unwrap().ends_with(&format!(":{}", port_of(nagle)));
         assert_eq!(s["nodelay"], !on_nagle_port, "{s:#}");
@@ -233,7 +234,7 @@ fn lab_process_with_nagle_and_nodelay_servers_text() {
         r.out
     );
     assert!(r.out.contains("\nSOFTWARE tcpdoctor (no server software tcpdoctor knows)\n"), "{}", r.out);
-    assert!(r.out.contains("\nSOCKETS (9)\n") && r.out.contains("\nADVICE\n"), "{}", r.out);
+    assert!(r.out.contains("\nSOCKETS (11)\n") && r.out.contains("\nADVICE\n"), "{}", r.out);
     assert!(r.out.contains("set TCP_NODELAY on these sockets"), "{}", r.out);
 
     // By port: the Nagle server's sockets only, and a note on the others.

@@ -65,11 +65,16 @@ Exit codes: 0 all input analysed, or stopped by Ctrl-C; 2 bad command line; 3 no
     Analyze(AnalyzeArgs),
     /// HTTP/1.1 load like wrk (same flags and layout), plus time to first byte, read gaps and client knobs.
     #[command(after_help = "Exit codes: 0 the run completed and measured responses (errors are counted in the \
-report); 2 bad command line: a URL that cannot be used as written (syntax, https, port 0), -c/-t/-R of 0, a -H \
-without a colon or with a bad name, a bad --method, a --body-file over 64 MiB; 3 the run could not start (host \
-that does not resolve, unreadable --body-file, too few open files); 5 nothing was measured: no connection could \
+report); 2 bad command line: a URL that cannot be used as written (syntax, port 0), -c/-t/-R of 0, a -H \
+without a colon or with a bad name, a bad --method, a --body-file over 64 MiB, a --cacert with no PEM \
+certificate; 3 the run could not start (host that does not resolve, unreadable --body-file or --cacert, too few \
+open files, no CA certificate in the system's store) or the server's TLS certificate was refused (expired, \
+unknown issuer, wrong name: one line says which); 5 nothing was measured: no connection could \
 be made (the first connect error says why), or none got a complete response (the report is printed, then one line \
 says why); 6 the results could not be written (standard output or --html).\n\n\
+https:// URLs speak TLS 1.3 or 1.2 (rustls), SNI from the host name, ALPN http/1.1; the certificate is checked \
+against the system's CA store unless --cacert or -k. Handshake times, resumed sessions, version and cipher suite \
+are reported.\n\n\
 Latency is measured from writing the request to the response's last byte (with -R, from when the request \
 was due). Ctrl-C stops the run and prints what was measured.")]
     Bench(BenchArgs),
@@ -128,19 +133,28 @@ missing. Step 5 also traces the server's reads and writes with ptrace for 0.5 s 
 which slows the requests it serves meanwhile.
 
 Exit codes: 0 no latency problem found (with --verify/--before: the fix worked); 1 a cause was found (with \
---verify/--before: not fixed); 2 bad command line: a URL that cannot be used as written (syntax, https, port 0), \
--i naming no interface, a --before file that is not a `diagnose --json` record or is over 64 MiB; 3 unknown host; \
+--verify/--before: not fixed); 2 bad command line: a URL that cannot be used as written (syntax, port 0), \
+-i naming no interface, a --before file that is not a `diagnose --json` record or is over 64 MiB, a --cacert with \
+no PEM certificate; 3 unknown host, unreadable --cacert, or the server's TLS certificate refused (one line says \
+why: expired, unknown issuer, wrong name); \
 5 the server did not answer HTTP (verdict closed, no_response or unreachable), or a step the verdict needs \
 measured nothing (one line says which step and why, and there is no verdict); 6 the results could not be written \
 (standard output or --html).")]
     Diagnose(DiagnoseArgs),
-    /// Start reproduction servers on 127.0.0.1 and print their URLs (Ctrl-C stops them).
+    /// Start reproduction servers on 127.0.0.1 (or behind a real round trip) and print their URLs (Ctrl-C stops them).
     #[command(after_help = "Servers: (a) nagle: keep-alive, header then body in two writes, Nagle on; (b) nodelay: \
 the same with TCP_NODELAY; (c) think: 45 ms think time, then one write; with --nginx, Debian's nginx with \
-tcp_nodelay off and on.
+tcp_nodelay off and on; nagle-tls and nodelay-tls: (a) and (b) over HTTPS (header and body as two TLS records), \
+with a certificate made at start for localhost, 127.0.0.1 and ::1, written to a new directory (printed; give it \
+to --cacert, or use -k) and removed when lab stops.
+
+--rtt D (root) runs them in a network namespace tcpdoctor-lab-PID at 198.18.x.2, reached from this host through \
+two TAP devices joined by a userspace bridge that delays every frame D/2 each way (at SCHED_FIFO priority); \
+--loss PCT drops that share of IP frames each way (seeded by --seed). The namespace is deleted when lab ends \
+(Ctrl-C, SIGTERM, --duration); one left by a killed run is deleted by the next lab --rtt.
 
 Exit codes: 0 stopped by Ctrl-C or --duration; 2 bad command line; 3 a server could not start (nginx missing, \
-no free port).")]
+no free port); 5 --rtt without root, or the namespace, TAPs or bridge could not be made.")]
     Lab(LabArgs),
     /// Live detection on an interface: a line per finding as it happens, summaries per server, Prometheus metrics.
     #[command(after_help = "Runs until Ctrl-C, SIGTERM or --duration, then prints a final summary and analyze's \
@@ -154,7 +168,7 @@ address without --metrics-public; 3 no such interface, or the --metrics address 
 (no CAP_NET_RAW, interface down, a socket call failed); 6 standard output failed (without --metrics, watch \
 ends when nobody reads its lines; with it, it goes on).")]
     Watch(WatchArgs),
-    /// The main job on built-in lab servers: diagnose (a) Nagle, (b) TCP_NODELAY, (c) think time, then verify the fix.
+    /// The main job on built-in lab servers: diagnose (a) Nagle, (b) TCP_NODELAY, (c) think time, (d) Nagle over HTTPS, then verify the fix.
     #[command(after_help = "--offline analyses the real nginx captures bundled in the binary instead (no traffic).")]
     Demo {
         /// Print JSON instead of text.
@@ -200,6 +214,35 @@ struct DiagnoseArgs {
     /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// How an https server's certificate is checked (bench, diagnose).
+#[derive(clap::Args)]
+struct TlsArgs {
+    /// https: accept any certificate (still encrypted, but the server is not checked), like curl -k.
+    #[arg(short = 'k', long)]
+    insecure: bool,
+    /// https: trust only the CA certificates in this PEM file (at most 4 MiB), not the system's store.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    cacert: Option<PathBuf>,
+}
+
+/// The largest `--cacert`: Debian's whole CA bundle is about 200 KB.
+const MAX_CACERT: u64 = 4 << 20;
+
+impl TlsArgs {
+    fn trust(&self) -> Result<tcpdoctor::measure::tls::Trust, ExitCode> {
+        use tcpdoctor::measure::tls::{Trust, parse_pem};
+        if self.insecure {
+            return Ok(Trust::Insecure);
+        }
+        let Some(f) = &self.cacert else { return Ok(Trust::System) };
+        let why = "a CA bundle is a few hundred KB";
+        let pem = read_option_file("--cacert", f, MAX_CACERT, exit::INPUT, why)?;
+        parse_pem(&pem).map(Trust::Roots).map_err(|e| fail(exit::USAGE, format!("--cacert {}: {e}", f.display())))
+    }
 }
 
 #[derive(clap::Args)]
@@ -213,12 +256,29 @@ struct LabArgs {
     /// Stop by itself after this long (default: until Ctrl-C).
     #[arg(short = 'd', long, value_parser = parse_run_length)]
     duration: Option<Duration>,
-    /// Listen on PORT, PORT+1, … in the order listed (default: free ports).
-    #[arg(short = 'p', long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..=65530))]
+    /// Listen on PORT, PORT+1, … (nagle, nodelay, think, the two nginx, nagle-tls, nodelay-tls; default: free ports).
+    #[arg(short = 'p', long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..=65528))]
     port: Option<u16>,
     /// Print the servers as JSON.
     #[arg(long)]
     json: bool,
+    /// Put the servers behind a real round trip of D (half each way), in a network namespace (root).
+    #[arg(long, value_name = "D", value_parser = parse_positive_duration)]
+    rtt: Option<Duration>,
+    /// With --rtt: drop this percentage of IP frames at random, each way.
+    #[arg(long, value_name = "PCT", requires = "rtt", value_parser = parse_percent)]
+    loss: Option<f64>,
+    /// With --rtt: the seed of the random drops (the same seed drops the same frames).
+    #[arg(long, value_name = "N", requires = "rtt", default_value_t = 1)]
+    seed: u64,
+}
+
+/// A percentage from 0 to 100.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}`: a percentage from 0 to 100")),
+    }
 }
 
 #[derive(clap::Args)]
@@ -295,6 +355,8 @@ struct BenchArgs {
     /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 #[derive(clap::Args)]
@@ -473,6 +535,10 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         },
         (None, None) => Vec::new(),
     };
+    let trust = match a.tls.trust() {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
     let o = bench::Options {
         url: a.url,
         threads: a.threads,
@@ -487,6 +553,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         nodelay: a.nodelay == "on",
         quickack: a.quickack,
         split_writes: a.split_writes,
+        trust,
     };
     let html = match html_file(&a.html) {
         Ok(h) => h,
@@ -512,7 +579,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
             }
         }
         Err(e @ bench::BenchError::Usage(_)) => fail(exit::USAGE, e),
-        Err(e @ bench::BenchError::Start(_)) => fail(exit::INPUT, e),
+        Err(e @ (bench::BenchError::Start(_) | bench::BenchError::Certificate(_))) => fail(exit::INPUT, e),
         Err(bench::BenchError::NotMeasured(why)) => fail(exit::NOT_MEASURED, format!("nothing measured: {why}")),
     }
 }
@@ -862,7 +929,7 @@ fn run_trace(a: TraceArgs) -> ExitCode {
     finish_measure(result, json, report::trace::render_summary, |r| r.reached)
 }
 
-fn diagnose_options(a: &DiagnoseArgs) -> diagnose::Options {
+fn diagnose_options(a: &DiagnoseArgs, trust: tcpdoctor::measure::tls::Trust) -> diagnose::Options {
     diagnose::Options {
         url: a.url.clone(),
         connections: a.connections as usize,
@@ -871,6 +938,7 @@ fn diagnose_options(a: &DiagnoseArgs) -> diagnose::Options {
         capture: !a.no_capture,
         interface: a.interface.clone(),
         inspect: !a.no_inspect,
+        trust,
         ..diagnose::Options::default()
     }
 }
@@ -880,7 +948,7 @@ fn diagnose_failed(e: diagnose::DiagnoseError) -> ExitCode {
     use diagnose::DiagnoseError as E;
     let code = match e {
         E::Usage(_) => exit::USAGE,
-        E::Resolve(_) => exit::INPUT,
+        E::Resolve(_) | E::Certificate(_) => exit::INPUT,
         E::NotMeasured(_) => exit::NOT_MEASURED,
     };
     fail(code, e)
@@ -915,7 +983,10 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
         Err(code) => return code,
     };
     tcpdoctor::interrupt::catch();
-    let o = diagnose_options(&a);
+    let o = match a.tls.trust() {
+        Ok(t) => diagnose_options(&a, t),
+        Err(code) => return code,
+    };
     let json = a.json;
     let mut say = |line: &str| {
         if !json {
@@ -978,25 +1049,68 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
 }
 
 fn run_lab(a: LabArgs) -> ExitCode {
-    use tcpdoctor::lab::{Mode, Server, nginx::Nginx};
+    use tcpdoctor::lab::{Mode, Server, nginx::Nginx, rtt::Path};
     tcpdoctor::interrupt::catch_all();
+    // With --rtt the servers live in a namespace of their own behind the bridge.
+    let path = match a.rtt.map(|rtt| Path::start(rtt, a.loss.unwrap_or(0.0) / 100.0, a.seed)).transpose() {
+        Ok(p) => p.map(|(path, removed)| {
+            for n in removed {
+                eprintln!("tcpdoctor: removed network namespace {n}, left by a lab --rtt whose process is gone");
+            }
+            if let Err(e) = path.realtime() {
+                eprintln!("tcpdoctor: warning: {e}");
+            }
+            path
+        }),
+        Err(e) => return fail(exit::NET, e),
+    };
+    let ip: std::net::IpAddr = path.as_ref().map_or([127, 0, 0, 1].into(), |p| p.server_ip().into());
     let port = |i: u16| a.port.map_or(0, |p| p + i);
+    // The HTTPS twins' certificate, made now (for the bridge's address too).
+    let cert = match tcpdoctor::lab::tls::Cert::generate(ip).and_then(|c| c.write_pem().map(|f| (c, f))) {
+        Ok(c) => c,
+        Err(e) => return fail(exit::INPUT, format!("https lab servers: {e}")),
+    };
     let mut servers = Vec::new();
-    for (i, m) in [Mode::Nagle, Mode::NoDelay, Mode::Think(Duration::from_millis(45))].into_iter().enumerate() {
-        let bind = std::net::SocketAddr::from(([127, 0, 0, 1], port(i as u16)));
-        match Server::start(m, bind) {
+    // (a), (b), (c); then (a) and (b) over HTTPS, after the nginx ports.
+    let modes =
+        [(0, Mode::Nagle, false), (1, Mode::NoDelay, false), (2, Mode::Think(Duration::from_millis(45)), false)];
+    for (i, m, tls) in modes.into_iter().chain([(5, Mode::Nagle, true), (6, Mode::NoDelay, true)]) {
+        let bind = std::net::SocketAddr::new(ip, port(i));
+        let start = || if tls { Server::start_tls(m, bind, &cert.0) } else { Server::start(m, bind) };
+        let started = match &path {
+            Some(p) => p.namespace().run(start).map_err(std::io::Error::other).and_then(|r| r),
+            None => start(),
+        };
+        match started {
             Ok(s) => servers.push(s),
-            Err(e) => return fail(exit::INPUT, format!("cannot start the {} lab server on {bind}: {e}", m.name())),
+            Err(e) => {
+                let name = format!("{}{}", m.name(), if tls { "-tls" } else { "" });
+                return fail(exit::INPUT, format!("cannot start the {name} lab server on {bind}: {e}"));
+            }
         }
     }
-    let mut rows: Vec<serde_json::Value> = servers
-        .iter()
-        .map(|s| serde_json::json!({"name": s.mode().name(), "url": s.url(), "what": s.mode().describe()}))
-        .collect();
+    let cacert = cert.1.1.display().to_string();
+    let row = |s: &Server| {
+        let mut r = serde_json::json!({"name": s.name(), "url": s.url(), "what": s.describe()});
+        if s.url().starts_with("https") {
+            r["cacert"] = cacert.clone().into();
+        }
+        r
+    };
+    let (plain, https): (Vec<&Server>, Vec<&Server>) = servers.iter().partition(|s| !s.url().starts_with("https"));
+    let mut rows: Vec<serde_json::Value> = plain.into_iter().map(row).collect();
     let mut nginxes = Vec::new();
     if a.nginx {
         for (i, on) in [(3, false), (4, true)] {
-            match Nginx::start(a.nginx_bin.as_deref(), on, port(i)) {
+            let started = match &path {
+                Some(p) => match a.port.map_or_else(|| p.free_port(), |_| Ok(port(i))) {
+                    Ok(n) => Nginx::start_at(a.nginx_bin.as_deref(), on, (ip, n).into(), Some(p.namespace())),
+                    Err(e) => Err(e),
+                },
+                None => Nginx::start(a.nginx_bin.as_deref(), on, port(i)),
+            };
+            match started {
                 Ok(n) => {
                     rows.push(serde_json::json!({
                         "name": if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" },
@@ -1010,19 +1124,30 @@ fn run_lab(a: LabArgs) -> ExitCode {
             }
         }
     }
+    rows.extend(https.into_iter().map(row));
+    if let Some(p) = &path {
+        for r in &mut rows {
+            r["namespace"] = p.namespace().name().into();
+        }
+    }
     if a.json {
         print_json(&rows);
     } else {
         for r in &rows {
             print(&format!(
-                "{:<18} {:<24} {}\n",
+                "{:<18} {:<25} {}\n",
                 r["name"].as_str().unwrap_or(""),
                 r["url"].as_str().unwrap_or(""),
                 r["what"].as_str().unwrap_or("")
             ));
         }
+        if let Some(p) = &path {
+            print(&format!("{}\n", p.describe()));
+        }
         let until = a.duration.map_or("Ctrl-C".to_string(), |d| format!("{:.0} s or Ctrl-C", d.as_secs_f64()));
+        print(&format!("https certificate (made now, for localhost, {}): {cacert}\n", cert.0.addresses()));
         print(&format!("serving until {until}; try: tcpdoctor diagnose {}\n", servers[0].url()));
+        print(&format!("                      or: tcpdoctor diagnose --cacert {cacert} {}\n", servers[3].url()));
     }
     let deadline = a.duration.map(|d| std::time::Instant::now() + d);
     while !tcpdoctor::interrupt::requested() && deadline.is_none_or(|t| std::time::Instant::now() < t) {
@@ -1030,6 +1155,7 @@ fn run_lab(a: LabArgs) -> ExitCode {
     }
     drop(nginxes);
     drop(servers);
+    drop(path);
     ExitCode::from(exit::OK)
 }
 

@@ -35,6 +35,8 @@ pub struct Facts<'a> {
     pub process: Option<&'a ServerStep>,
     /// `Server:` header.
     pub server_header: Option<&'a str>,
+    /// The URL is https: responses travel as TLS records.
+    pub tls: bool,
 }
 
 /// A read gap this long inside one response is a held segment, not transfer.
@@ -115,8 +117,9 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
     let gap = load.max_read_gap.p50 >= GAP_MS && excess >= EXCESS_MS;
     if gap {
         sources += 1;
+        let (parts, held) = if f.tls { ("two TLS records", "second record") } else { ("two parts", "second write") };
         evidence.push(format!(
-            "step 2: under load, half the responses arrived in two parts {} apart (the first byte after {}): the server's second write was held",
+            "step 2: under load, half the responses arrived in {parts} {} apart (the first byte after {}): the server's {held} was held",
             ms(load.max_read_gap.p50),
             ms(load.time_to_first_byte.p50)
         ));
@@ -168,10 +171,14 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
     .max(0.0);
     let sw = f.software();
     let who = if sw == Software::Other { String::new() } else { format!(" ({})", sw.name()) };
+    let (pieces, piece) = match f.tls {
+        true => ("as two or more TLS records", "record"),
+        false => ("in pieces", "piece"),
+    };
     Some(Verdict {
         cause: "nagle_delayed_ack",
         summary: format!(
-            "Nagle + delayed ACK: the server {server}{who} writes each response in pieces with Nagle on, and {client} delays its ACK of the first piece, so the rest waits ~{} per request. One request alone takes {}; under keep-alive load, {}.",
+            "Nagle + delayed ACK: the server {server}{who} writes each response {pieces} with Nagle on, and {client} delays its ACK of the first {piece}, so the rest waits ~{} per request. One request alone takes {}; under keep-alive load, {}.",
             ms(lost),
             ms(base),
             ms(load.latency.p50)
@@ -185,7 +192,10 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
             _ => "low",
         },
         evidence,
-        fix: fix::for_server_nagle(sw, &server, &client),
+        fix: match f.tls {
+            true => fix::for_tls_server_nagle(sw, &server, &client),
+            false => fix::for_server_nagle(sw, &server, &client),
+        },
     })
 }
 
@@ -421,6 +431,12 @@ mod tests {
         assert!(v.nagle_side.unwrap().contains("127.0.0.1:80 (server)"));
         assert!(v.fix[0].contains("tcp_nodelay on;"));
         assert_eq!(v.evidence.len(), 2);
+        assert!(v.summary.contains("in pieces") && !v.summary.contains("TLS"), "{}", v.summary);
+        // The same over https: records named, and nginx's record size among the fixes.
+        let v = conclude(&Facts { tls: true, ..f });
+        assert!(v.summary.contains("as two or more TLS records"), "{}", v.summary);
+        assert!(v.evidence.iter().any(|e| e.contains("arrived in two TLS records")), "{:#?}", v.evidence);
+        assert!(v.fix[1].contains("ssl_buffer_size"), "{:#?}", v.fix);
     }
 
     fn server(trace: Option<crate::report::inspect::Trace>) -> ServerStep {

@@ -118,6 +118,44 @@ pub fn for_server_nagle(sw: Software, server: &str, client: &str) -> Vec<String>
     v
 }
 
+/// The fix list when the response travels as TLS records: the same knob
+/// first, then what the software does over TLS, and one record per response.
+pub fn for_tls_server_nagle(sw: Software, server: &str, client: &str) -> Vec<String> {
+    let mut v = for_server_nagle(sw, server, client);
+    if let Some(t) = over_tls(sw) {
+        v.insert(1, t.to_string());
+    }
+    if let Some(better) = v.iter_mut().find(|f| f.starts_with("Better still")) {
+        *better = "Better still: hand each response to TLS in one write (header and body together: one SSL_write, one record), so no small second record waits."
+            .into();
+    }
+    v
+}
+
+/// Where the software's TLS layer splits a response, and its knob there.
+fn over_tls(sw: Software) -> Option<&'static str> {
+    Some(match sw {
+        Software::Nginx => {
+            "nginx over TLS: a response goes out in records of `ssl_buffer_size` (default 16k), each written at once, so one larger than that is several writes; with `tcp_nodelay on;` none waits. Changing `ssl_buffer_size` only moves the split (4k gives a faster first byte, with tcp_nodelay on)."
+        }
+        Software::JdkHttpServer => {
+            "JDK HttpsServer: the same `-Dsun.net.httpserver.nodelay=true` covers HTTPS (sendResponseHeaders sends the headers as one TLS record, the body follows in another)."
+        }
+        Software::Java => "Java over TLS: `setTcpNoDelay(true)` on the SSLSocket (or on the socket it is layered on).",
+        Software::Python => {
+            "Python ssl: TCP_NODELAY is set on the socket under the SSLSocket, before or after `wrap_socket` (`sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)`; http.server's `disable_nagle_algorithm = True` works over ssl too); or `sendall(header + body)` once: one record."
+        }
+        Software::Node => {
+            "Node.js https: `https.createServer({ noDelay: true }, …)` (the default since v18), or `socket.setNoDelay(true)` on the TLSSocket."
+        }
+        Software::Go => {
+            "Go crypto/tls: the TCP connection under tls.Conn has TCP_NODELAY on by default; look for `SetNoDelay(false)` on it."
+        }
+        Software::Rust => "Rust TLS (rustls, native-tls): `set_nodelay(true)` on the TcpStream before wrapping it.",
+        Software::Lab | Software::Other => return None,
+    })
+}
+
 /// What the delayed-ACK side can do when the Nagle side cannot be changed.
 pub fn workaround(ack_side: &str) -> String {
     format!(
@@ -148,5 +186,18 @@ mod tests {
         assert!(f.last().unwrap().contains("quickack"));
         assert!(for_server_nagle(Software::Nginx, "s", "c")[0].contains("tcp_nodelay on;"));
         assert_eq!(for_server_nagle(Software::Other, "s", "c").len(), 3);
+    }
+
+    #[test]
+    fn tls_fixes_name_the_record_split() {
+        let f = for_tls_server_nagle(Software::Nginx, "s", "c");
+        assert!(f[0].contains("tcp_nodelay on;") && f[1].contains("ssl_buffer_size"), "{f:#?}");
+        assert!(f.iter().any(|x| x.contains("one SSL_write, one record")), "{f:#?}");
+        let f = for_tls_server_nagle(Software::Python, "s", "c");
+        assert!(f[1].contains("wrap_socket"), "{f:#?}");
+        assert!(for_tls_server_nagle(Software::JdkHttpServer, "s", "c")[1].contains("HttpsServer"));
+        assert!(for_tls_server_nagle(Software::Node, "s", "c")[1].contains("https.createServer"));
+        assert!(for_tls_server_nagle(Software::Go, "s", "c")[1].contains("crypto/tls"));
+        assert_eq!(for_tls_server_nagle(Software::Other, "s", "c").len(), 3);
     }
 }

@@ -2,7 +2,9 @@
 //! trip; (2) requests alone on fresh connections vs keep-alive load; (3) when
 //! the load is far slower, the client-side quick-ACK experiment; (4) a live
 //! capture during the load, analysed; (5) the server process, when local;
-//! (6) the verdict, with evidence and the fix for that server.
+//! (6) the verdict, with evidence and the fix for that server. Over https
+//! every step is the same: requests are timed on decrypted data, the capture
+//! and the process are read at the TCP level.
 
 mod alone;
 pub mod conclude;
@@ -12,6 +14,7 @@ mod no_answer;
 
 use crate::measure::bench::{self, http::Request};
 use crate::measure::probe;
+use crate::measure::tls::{Target, Trust};
 use crate::report::SCHEMA_VERSION;
 use crate::report::diagnose::{
     CaptureStep, Comparison, DiagnoseReport, LoadStep, RttStep, ServerStep, Summary, ms, step_line,
@@ -26,7 +29,7 @@ pub const MAX_BEFORE_FILE: u64 = 64 << 20;
 /// What to diagnose and how hard to push.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// `http://host[:port][/path]`.
+    /// `http[s]://host[:port][/path]`.
     pub url: String,
     /// Keep-alive connections for the load steps.
     pub connections: usize,
@@ -44,6 +47,8 @@ pub struct Options {
     pub interface: Option<String>,
     /// Inspect the server process when it runs on this host.
     pub inspect: bool,
+    /// Which certificates an https server may present.
+    pub trust: Trust,
 }
 
 impl Default for Options {
@@ -58,6 +63,7 @@ impl Default for Options {
             capture: true,
             interface: None,
             inspect: true,
+            trust: Trust::System,
         }
     }
 }
@@ -82,12 +88,17 @@ pub enum DiagnoseError {
     Resolve(String),
     /// A step the verdict needs measured nothing: which step, and why.
     NotMeasured(String),
+    /// TLS could not be set up (no CA store), or the server's certificate was refused.
+    Certificate(String),
 }
 
 impl std::fmt::Display for DiagnoseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DiagnoseError::Usage(m) | DiagnoseError::Resolve(m) | DiagnoseError::NotMeasured(m) => f.write_str(m),
+            DiagnoseError::Usage(m)
+            | DiagnoseError::Resolve(m)
+            | DiagnoseError::NotMeasured(m)
+            | DiagnoseError::Certificate(m) => f.write_str(m),
         }
     }
 }
@@ -102,19 +113,28 @@ pub fn run(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<DiagnoseReport, DiagnoseError> {
     let start = Instant::now();
-    let (authority, host, port, path) = bench::split_url(&o.url).map_err(|e| DiagnoseError::Usage(e.to_string()))?;
+    let bench::Url { https, authority, host, port, path } =
+        bench::split_url(&o.url).map_err(|e| DiagnoseError::Usage(e.to_string()))?;
     let addr = (host.as_str(), port)
         .to_socket_addrs()
         .map_err(|e| DiagnoseError::Resolve(format!("URL {:?}: cannot resolve {host}: {e}", o.url)))?
         .next()
         .ok_or_else(|| DiagnoseError::Resolve(format!("URL {:?}: {host} has no address", o.url)))?;
+    let tls = match https {
+        true => Some(Target::new(&host, &o.trust).map_err(|e| DiagnoseError::Certificate(format!("{}: {e}", o.url)))?),
+        false => None,
+    };
     let local = local::is_local(addr.ip());
     let mut missing = Vec::new();
 
     let rtt = rtt_step(addr, say, &mut missing);
 
     let req = Request::new("GET", &authority, &path, &[], &[], true);
-    let alone = alone::run(addr, &req, o.alone, o.timeout, Duration::from_secs(2));
+    let alone = alone::run(addr, tls.as_ref(), &req, o.alone, o.timeout, Duration::from_secs(2));
+    if let Some(why) = &alone.certificate {
+        say(&step_line(2, "Alone", &format!("no answer: {why}")));
+        return Err(DiagnoseError::Certificate(format!("{}: {why}", o.url)));
+    }
     let header = alone
         .server_header
         .as_deref()
@@ -125,10 +145,11 @@ pub fn run(
         "Alone",
         &match &alone.first_error {
             _ if alone.step.requests > 0 => format!(
-                "median {} (first byte {}) over {} requests, each on a fresh connection{header}",
+                "median {} (first byte {}) over {} requests, each on a fresh connection{}{header}",
                 ms(alone.step.latency.p50),
                 ms(alone.step.time_to_first_byte.p50),
-                alone.step.requests
+                alone.step.requests,
+                alone.step.tls.as_ref().map(tls_words).unwrap_or_default()
             ),
             Some((_, e)) => format!("no answer: {e}"),
             None => "not measured".into(),
@@ -184,6 +205,7 @@ pub fn run(
         capture: report.capture.as_ref(),
         process: report.server.as_ref(),
         server_header: report.server_header.as_deref(),
+        tls: https,
     };
     report.verdict = conclude::conclude(&facts);
     report.missing = missing;
@@ -285,8 +307,21 @@ fn bench_opts(o: &Options, duration: Duration, quickack: bool) -> bench::Options
         duration,
         timeout: o.timeout,
         quickack,
+        trust: o.trust.clone(),
         ..bench::Options::default()
     }
+}
+
+/// `; TLSv1.3 TLS13_AES_256_GCM_SHA384, handshake 1.2 ms (3 of 10 resumed)`.
+fn tls_words(t: &crate::report::bench::TlsReport) -> String {
+    format!(
+        "; {} {}, handshake {} ({} of {} resumed)",
+        t.version,
+        t.cipher_suite,
+        ms(t.handshake.p50),
+        t.resumed,
+        t.handshakes
+    )
 }
 
 fn load_line(l: &LoadStep) -> String {
@@ -326,10 +361,7 @@ fn load_step(
     let result = timed_bench(o, "load ", o.load, false, progress);
     let mut capture = cap.and_then(|c| local::finish_capture(c, missing));
     let server = inspect.and_then(|i| local::finish_inspect(i, addr.port(), missing));
-    let r = measured(result).map_err(|why| {
-        say(&step_line(2, "Under load", &format!("nothing measured: {why}")));
-        DiagnoseError::NotMeasured(format!("step 2 (under load): nothing measured: {why}"))
-    })?;
+    let r = measured(result).map_err(|e| step_failed(2, "Under load", "under load", e, say))?;
     if r.interrupted {
         missing.push("interrupted by Ctrl-C: the load ran short".into());
     }
@@ -348,12 +380,23 @@ fn load_step(
 /// A timed step's report when it measured something; else why not, in words.
 fn measured(
     r: Result<crate::report::bench::BenchReport, bench::BenchError>,
-) -> Result<crate::report::bench::BenchReport, String> {
-    let r = r.map_err(|e| e.to_string())?;
+) -> Result<crate::report::bench::BenchReport, bench::BenchError> {
+    let r = r?;
     if r.requests > 0 {
         return Ok(r);
     }
-    Err(r.nothing_measured.unwrap_or_else(|| "no response completed".into()))
+    Err(bench::BenchError::NotMeasured(r.nothing_measured.unwrap_or_else(|| "no response completed".into())))
+}
+
+/// A timed step that gave no report: its line, and the error that ends the run
+/// (a refused certificate is said as it is; anything else measured nothing).
+fn step_failed(n: usize, title: &str, what: &str, e: bench::BenchError, say: &mut dyn FnMut(&str)) -> DiagnoseError {
+    if let bench::BenchError::Certificate(m) = e {
+        say(&step_line(n, title, &format!("no answer: {m}")));
+        return DiagnoseError::Certificate(m);
+    }
+    say(&step_line(n, title, &format!("nothing measured: {e}")));
+    DiagnoseError::NotMeasured(format!("step {n} ({what}): nothing measured: {e}"))
 }
 
 /// Step 3: the same load with TCP_QUICKACK on the client, when the load is
@@ -384,10 +427,8 @@ fn experiment(
         return Ok(None);
     }
     // Needed and empty would leave a slow load unexplained, and the verdict would fall through to "none".
-    let r = measured(timed_bench(o, "quick-ACK ", o.experiment, true, progress)).map_err(|why| {
-        say(&step_line(3, "Quick-ACK A/B", &format!("nothing measured: {why}")));
-        DiagnoseError::NotMeasured(format!("step 3 (quick-ACK A/B): nothing measured: {why}"))
-    })?;
+    let r = measured(timed_bench(o, "quick-ACK ", o.experiment, true, progress))
+        .map_err(|e| step_failed(3, "Quick-ACK A/B", "quick-ACK A/B", e, say))?;
     let q = LoadStep::of(&r);
     say(&step_line(
         3,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// Where system tools are looked for: never PATH, which whoever started
 /// tcpdoctor (as root) may have pointed anywhere.
-const SYSTEM_DIRS: [&str; 4] = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
+pub(crate) const SYSTEM_DIRS: [&str; 4] = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 
 /// The TcpExt counters worth watching during the window.
 pub(crate) const COUNTERS: [&str; 4] = ["DelayedACKs", "DelayedACKLocked", "DelayedACKLost", "TCPAutoCorking"];
@@ -78,7 +78,7 @@ pub(crate) fn route(peer: IpAddr) -> Result<Route, String> {
 
 /// `name` in the first of `dirs` where it is a file that only root can
 /// change: owned by root, not writable by group or others, nor its directory.
-fn system_tool(name: &str, dirs: &[&str]) -> Option<PathBuf> {
+pub(crate) fn system_tool(name: &str, dirs: &[&str]) -> Option<PathBuf> {
     let root_only = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
     dirs.iter().find_map(|d| {
         let real = std::fs::canonicalize(Path::new(d).join(name)).ok()?;

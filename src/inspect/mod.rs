@@ -10,11 +10,11 @@
 //! process's reads and writes on TCP sockets with ptrace for that window and
 //! finds write-write-read ([`trace`]), slowing the process meanwhile.
 
-mod bounded;
+pub(crate) mod bounded;
 mod diag;
-mod host;
+pub(crate) mod host;
 mod nginx;
-mod procfs;
+pub(crate) mod procfs;
 mod run_as;
 mod sockopt;
 mod software;

@@ -6,13 +6,23 @@
 //! - [`Mode::Think`]: waits, then writes the whole response at once:
 //!   application latency that must not be blamed on Nagle.
 //!
-//! [`nginx`] starts Debian's nginx with generated configs beside them.
+//! [`nginx`] starts Debian's nginx with generated configs beside them; any
+//! server can speak HTTPS with a certificate from [`tls`] (each write a record).
+//! [`link`] puts a real round trip between two network namespaces (or a
+//! namespace and the host): TAP devices ([`tap`]) joined by the delay
+//! [`bridge`], in namespaces made by [`netns`].
 
+pub mod bridge;
+pub mod link;
+pub mod netns;
 pub mod nginx;
+pub mod rtt;
+pub mod tap;
+pub mod tls;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -61,30 +71,45 @@ struct Shared {
     nodelay: AtomicBool,
     stop: AtomicBool,
     open: AtomicUsize,
+    /// HTTPS: the server's TLS configuration.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// A running lab server; stopped when dropped.
 pub struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    /// The listening socket's descriptor, owned by the accept thread.
+    listener: std::os::fd::RawFd,
     accept: Option<JoinHandle<()>>,
 }
 
 impl Server {
     /// Starts a server on `bind` (port 0 picks a free port).
     pub fn start(mode: Mode, bind: SocketAddr) -> io::Result<Server> {
+        Server::start_with(mode, bind, None)
+    }
+
+    /// Starts an HTTPS server presenting `cert`: the same writes, each one TLS record.
+    pub fn start_tls(mode: Mode, bind: SocketAddr, cert: &tls::Cert) -> io::Result<Server> {
+        Server::start_with(mode, bind, Some(cert.config()))
+    }
+
+    fn start_with(mode: Mode, bind: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) -> io::Result<Server> {
         let listener = TcpListener::bind(bind)?;
         let addr = listener.local_addr()?;
+        let fd = listener.as_raw_fd();
         let shared = Arc::new(Shared {
             mode,
             nodelay: AtomicBool::new(mode == Mode::NoDelay),
             stop: AtomicBool::new(false),
             open: AtomicUsize::new(0),
+            tls,
         });
         let s = shared.clone();
         let accept =
             std::thread::Builder::new().name(format!("lab-{}", mode.name())).spawn(move || accept_loop(listener, s))?;
-        Ok(Server { addr, shared, accept: Some(accept) })
+        Ok(Server { addr, shared, listener: fd, accept: Some(accept) })
     }
 
     /// The address it listens on.
@@ -92,9 +117,25 @@ impl Server {
         self.addr
     }
 
-    /// `http://ADDR/`.
+    /// `http://ADDR/`, or `https://ADDR/`.
     pub fn url(&self) -> String {
-        format!("http://{}/", self.addr)
+        format!("{}://{}/", if self.shared.tls.is_some() { "https" } else { "http" }, self.addr)
+    }
+
+    /// `nagle`, `nodelay`, `think`; `nagle-tls`… for HTTPS.
+    pub fn name(&self) -> String {
+        let tls = if self.shared.tls.is_some() { "-tls" } else { "" };
+        format!("{}{tls}", self.shared.mode.name())
+    }
+
+    /// What it does, in a few words.
+    pub fn describe(&self) -> String {
+        let what = self.shared.mode.describe();
+        if self.shared.tls.is_none() {
+            return what;
+        }
+        // "header then body in two writes" is now two TLS records.
+        format!("HTTPS: {}", what.replace("two writes", "two TLS records"))
     }
 
     /// How it writes.
@@ -117,8 +158,12 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        // Wake the blocking accept; the loop sees the flag and returns.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        // Wake the blocking accept (it fails from now on); the loop sees the
+        // flag and returns. A connect would not do for a server in another
+        // network namespace, or behind a bridge already stopped.
+        // SAFETY: the accept thread owns the descriptor and is still running
+        // (joined below), so it is open and still the listener.
+        unsafe { libc::shutdown(self.listener, libc::SHUT_RDWR) };
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
@@ -198,12 +243,12 @@ fn header(mode: Mode, close: bool, nodelay: bool) -> Vec<u8> {
     .into_bytes()
 }
 
-fn set_nodelay(conn: &TcpStream, on: bool) {
+fn set_nodelay(fd: RawFd, on: bool) {
     let v: libc::c_int = on.into();
     // SAFETY: plain setsockopt on a socket this thread owns, with an int option.
     unsafe {
         libc::setsockopt(
-            conn.as_raw_fd(),
+            fd,
             libc::IPPROTO_TCP,
             libc::TCP_NODELAY,
             (&v as *const libc::c_int).cast(),
@@ -212,11 +257,41 @@ fn set_nodelay(conn: &TcpStream, on: bool) {
     }
 }
 
-fn serve(mut conn: TcpStream, s: &Shared) -> io::Result<()> {
+/// A connection's end: a TCP shutdown, after close_notify over TLS.
+trait End {
+    fn end(&mut self, how: Shutdown) -> io::Result<()>;
+}
+
+impl End for TcpStream {
+    fn end(&mut self, how: Shutdown) -> io::Result<()> {
+        self.shutdown(how)
+    }
+}
+
+impl End for rustls::StreamOwned<rustls::ServerConnection, TcpStream> {
+    fn end(&mut self, how: Shutdown) -> io::Result<()> {
+        self.conn.send_close_notify();
+        let _ = self.flush();
+        self.sock.shutdown(how)
+    }
+}
+
+fn serve(conn: TcpStream, s: &Shared) -> io::Result<()> {
     // A short timeout so a stopped server's threads notice and end.
     conn.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let fd = conn.as_raw_fd();
+    match &s.tls {
+        None => serve_on(conn, fd, s),
+        Some(cfg) => {
+            let tls = rustls::ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;
+            serve_on(rustls::StreamOwned::new(tls, conn), fd, s)
+        }
+    }
+}
+
+fn serve_on<S: Read + Write + End>(mut conn: S, fd: RawFd, s: &Shared) -> io::Result<()> {
     let mut nodelay = s.nodelay.load(Ordering::Relaxed);
-    set_nodelay(&conn, nodelay);
+    set_nodelay(fd, nodelay);
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 16 << 10];
     loop {
@@ -226,13 +301,13 @@ fn serve(mut conn: TcpStream, s: &Shared) -> io::Result<()> {
         match parse(&buf) {
             Err(()) => {
                 let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                return conn.shutdown(Shutdown::Both);
+                return conn.end(Shutdown::Both);
             }
             Ok(Some(p)) => {
                 buf.drain(..p.len);
                 let want = s.nodelay.load(Ordering::Relaxed);
                 if want != nodelay {
-                    set_nodelay(&conn, want);
+                    set_nodelay(fd, want);
                     nodelay = want;
                 }
                 let head = header(s.mode, p.close, nodelay);
@@ -247,7 +322,7 @@ fn serve(mut conn: TcpStream, s: &Shared) -> io::Result<()> {
                     }
                 }
                 if p.close {
-                    return conn.shutdown(Shutdown::Write);
+                    return conn.end(Shutdown::Write);
                 }
                 continue;
             }

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::netns::Netns;
+
 /// A running nginx; stopped (by its PID) and its directory removed when dropped.
 pub struct Nginx {
     addr: SocketAddr,
@@ -70,6 +72,12 @@ http {{
     )
 }
 
+/// Whether the network namespace of process `pid` has a listener on `addr`.
+fn listens_in(pid: u32, addr: SocketAddr) -> bool {
+    let rows = crate::inspect::procfs::net_tcp(&format!("/proc/{pid}/net")).unwrap_or_default();
+    rows.iter().any(|r| r.state == crate::inspect::procfs::LISTEN && r.local == addr)
+}
+
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -83,16 +91,22 @@ impl Nginx {
     /// (0: a free port) and waits until it listens. The error says what to
     /// install or what nginx complained about.
     pub fn start(bin: Option<&Path>, nodelay: bool, port: u16) -> Result<Nginx, String> {
+        let port = match port {
+            0 => free_port().map_err(|e| format!("cannot pick a free port on 127.0.0.1: {e}"))?,
+            p => p,
+        };
+        Nginx::start_at(bin, nodelay, SocketAddr::from(([127, 0, 0, 1], port)), None)
+    }
+
+    /// As [`Nginx::start`], on `addr` (a port other than 0), inside network
+    /// namespace `ns` when given (a namespace of our own, where nobody else listens).
+    pub fn start_at(bin: Option<&Path>, nodelay: bool, addr: SocketAddr, ns: Option<&Netns>) -> Result<Nginx, String> {
         let bin = match bin {
             Some(b) if b.is_file() => b.to_path_buf(),
             Some(b) => return Err(format!("{}: no such file; give the path of an nginx binary", b.display())),
             None => find().ok_or(NOT_INSTALLED)?,
         };
-        let port = match port {
-            0 => free_port().map_err(|e| format!("cannot pick a free port on 127.0.0.1: {e}"))?,
-            p => p,
-        };
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let port = addr.port();
         // A fresh private directory (random name, mode 0700, never one that
         // exists): a predictable name would let a local user plant symlinks
         // that this process, often root, then writes through.
@@ -109,7 +123,10 @@ impl Nginx {
             create_new(&dir.join("nginx.conf"), &config(&dir, addr, nodelay))
         };
         setup().map_err(|e| format!("cannot write nginx's files in {}: {e}", dir.display()))?;
-        let mut cmd = Command::new(&bin);
+        let mut cmd = match ns {
+            Some(ns) => ns.command(&bin)?,
+            None => Command::new(&bin),
+        };
         // SAFETY: prctl is async-signal-safe and touches only the child. If this
         // process dies without stopping nginx (SIGKILL), the kernel stops it.
         unsafe {
@@ -136,15 +153,23 @@ impl Nginx {
             if let Ok(Some(status)) = n.child.try_wait() {
                 return Err(format!("nginx exited ({status}) at start: {}", n.last_log_line()));
             }
-            // Ready when nginx itself listens: a connect could reach another
-            // program that took the port meanwhile.
-            match crate::inspect::find_listener(port) {
-                Ok(Some(pid)) if pid == n.child.id() => return Ok(n),
-                Ok(Some(pid)) => return Err(format!("{addr} is taken by another process (PID {pid})")),
-                Ok(None) => {}
-                // /proc hides the holder (another PID namespace, hidepid): connect instead.
-                Err(_) if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() => return Ok(n),
-                Err(_) => {}
+            if ns.is_some() {
+                // In a namespace of our own nobody else listens: ready when
+                // nginx's own view of its namespace shows the listener.
+                if listens_in(n.child.id(), addr) {
+                    return Ok(n);
+                }
+            } else {
+                // Ready when nginx itself listens: a connect could reach another
+                // program that took the port meanwhile.
+                match crate::inspect::find_listener(port) {
+                    Ok(Some(pid)) if pid == n.child.id() => return Ok(n),
+                    Ok(Some(pid)) => return Err(format!("{addr} is taken by another process (PID {pid})")),
+                    Ok(None) => {}
+                    // /proc hides the holder (another PID namespace, hidepid): connect instead.
+                    Err(_) if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() => return Ok(n),
+                    Err(_) => {}
+                }
             }
             if Instant::now() > deadline {
                 return Err(format!("nginx did not listen on {addr} within 5 s; its log: {}", n.last_log_line()));

@@ -6,6 +6,7 @@
 //! - [`probe`]: TCP round trips to one port (`hping3 -S`), raw SYNs with
 //!   kernel timestamps, or timed `connect()` without CAP_NET_RAW.
 //! - [`trace`]: the routers on the way to a TCP port (`traceroute --tcp`).
+//! - [`tls`]: the TLS client side of `bench` and `diagnose` (rustls).
 //!
 //! `raw` holds what probe and trace share: the SYN, checksums, parsers for
 //! replies and ICMP errors, and the socket plumbing; `common` the
@@ -15,4 +16,5 @@ pub mod bench;
 pub mod common;
 pub mod probe;
 mod raw;
+pub mod tls;
 pub mod trace;

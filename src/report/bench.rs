@@ -47,6 +47,8 @@ pub struct BenchReport {
     pub max_read_gap: Distribution,
     /// Connection set-up time (new connections).
     pub connect: Distribution,
+    /// TLS (https URLs): what was negotiated, handshakes; null for http.
+    pub tls: Option<TlsReport>,
     /// Completed responses per second, per thread, sampled every 100 ms.
     pub requests_per_s_per_thread: ThreadRate,
     /// `latency` as a histogram (for drawing).
@@ -63,6 +65,25 @@ pub struct BenchReport {
     pub notes: Vec<String>,
     /// When no response completed: why, in one sentence (then `bench` exits 5); else null.
     pub nothing_measured: Option<String>,
+}
+
+/// The TLS side of a run.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct TlsReport {
+    /// `TLSv1.3` or `TLSv1.2` (of the first handshake).
+    pub version: String,
+    /// The cipher suite, e.g. `TLS13_AES_256_GCM_SHA384`.
+    pub cipher_suite: String,
+    /// The application protocol the server chose (ALPN), if it chose one.
+    pub alpn: Option<String>,
+    /// Completed handshakes (one per new connection).
+    pub handshakes: u64,
+    /// Of those, resumed sessions (abbreviated handshakes).
+    pub resumed: u64,
+    /// TCP connected → handshake complete, ms.
+    pub handshake: Distribution,
+    /// How the server's certificate was checked.
+    pub certificate: &'static str,
 }
 
 /// Latency during one step of a run (percentiles ±6 %).
@@ -252,7 +273,14 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
     let _ = writeln!(s, "Transfer/sec: {:>10}", bytes(r.bytes_per_s));
     // What wrk does not show.
     let _ = writeln!(s, "\n  tcpdoctor        p50       p90       p99     p99.9       max");
-    for (name, d) in [("First byte", &r.time_to_first_byte), ("Read gap", &r.max_read_gap), ("Connect", &r.connect)] {
+    let empty = Distribution::default();
+    let handshake = r.tls.as_ref().map_or(&empty, |t| &t.handshake);
+    for (name, d) in [
+        ("First byte", &r.time_to_first_byte),
+        ("Read gap", &r.max_read_gap),
+        ("Connect", &r.connect),
+        ("Handshake", handshake),
+    ] {
         if d.count == 0 {
             continue;
         }
@@ -276,6 +304,18 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
         on(o.keepalive),
         time_ms(o.timeout_s * 1e3)
     );
+    if let Some(t) = &r.tls {
+        let _ = writeln!(
+            s,
+            "  TLS: {} {}, ALPN {}; {} handshakes, {} resumed; certificate {}",
+            if t.version.is_empty() { "-" } else { &t.version },
+            if t.cipher_suite.is_empty() { "-" } else { &t.cipher_suite },
+            t.alpn.as_deref().unwrap_or("none"),
+            t.handshakes,
+            t.resumed,
+            t.certificate
+        );
+    }
     if r.interrupted {
         let _ = writeln!(s, "  interrupted: results cover the first {}", time_ms(r.elapsed_s * 1e3));
     }

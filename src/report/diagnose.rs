@@ -88,6 +88,9 @@ pub struct LoadStep {
     pub latency_histogram: super::Histogram,
     /// bench's notes (delayed-ACK clustering and its signature, error words).
     pub notes: Vec<String>,
+    /// TLS (https URLs only): version, cipher suite, handshakes and their times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<super::bench::TlsReport>,
 }
 
 impl LoadStep {
@@ -106,6 +109,7 @@ impl LoadStep {
             errors: 0,
             latency_histogram: super::Histogram::default(),
             notes: Vec::new(),
+            tls: None,
         }
     }
 
@@ -124,6 +128,7 @@ impl LoadStep {
             errors: r.errors.total(),
             latency_histogram: r.latency_histogram.clone(),
             notes: r.notes.clone(),
+            tls: r.tls.clone(),
         }
     }
 }

@@ -338,6 +338,16 @@ pub fn jdk(dir: &Path, port: u16, flag: bool) -> Proc {
 
 /// `tcpdoctor lab --json -d 300s ARGS…`: the process and the servers it printed, by name → URL.
 pub fn lab(args: &[&str]) -> (Proc, Vec<(String, String)>) {
+    let (p, rows) = lab_rows(args);
+    let servers = rows
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap().to_string(), s["url"].as_str().unwrap().to_string()))
+        .collect();
+    (p, servers)
+}
+
+/// `tcpdoctor lab --json -d 300s ARGS…`: the process and the rows it printed, whole.
+pub fn lab_rows(args: &[&str]) -> (Proc, Vec<Value>) {
     let mut c = tcpdoctor().args(["lab", "--json", "-d", "300s"]).args(args).stdout(Stdio::piped()).spawn().unwrap();
     let out = c.stdout.take().unwrap();
     let p = Proc(c);
@@ -351,13 +361,7 @@ pub fn lab(args: &[&str]) -> (Proc, Vec<(String, String)>) {
         }
     }
     let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    let servers = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (s["name"].as_str().unwrap().to_string(), s["url"].as_str().unwrap().to_string()))
-        .collect();
-    (p, servers)
+    (p, v.as_array().unwrap().clone())
 }
 
 /// The URL of lab server `name`.

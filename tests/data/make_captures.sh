@@ -33,68 +33,10 @@ NS_LB=tcpdoc-lb
 NS_LR=tcpdoc-lr
 PIDS=()
 
-log() { printf '\n=== %s\n' "$*"; }
+NETNS=("$NS_A" "$NS_B" "$NS_R" "$NS_LA" "$NS_LB" "$NS_LR")
 
-cleanup() {
-    local rc=$?
-    set +e
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null
-    done
-    for p in "${PIDS[@]}"; do
-        wait "$p" 2>/dev/null
-    done
-    ip netns del "$NS_A" 2>/dev/null
-    ip netns del "$NS_B" 2>/dev/null
-    ip netns del "$NS_R" 2>/dev/null
-    ip netns del "$NS_LA" 2>/dev/null
-    ip netns del "$NS_LB" 2>/dev/null
-    ip netns del "$NS_LR" 2>/dev/null
-    rm -rf "$WORK"
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-want() { [ -z "$ONLY" ] || [[ "$1" == *"$ONLY"* ]]; }
-
-# bg NAME CMD... : start CMD in the background under its own log, remember PID in BGPID
-bg() {
-    local name=$1; shift
-    "$@" >"$WORK/$name.out" 2>&1 &
-    BGPID=$!
-    PIDS+=("$BGPID")
-}
-
-# stop PID : TERM one process we started and reap it
-stop() {
-    kill "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
-
-# wait_for FILE PATTERN : wait (max 15 s) until a background log shows PATTERN
-wait_for() {
-    local i
-    for i in $(seq 150); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "timeout waiting for '$2' in $1:" >&2
-    cat "$1" >&2 || true
-    return 1
-}
-
-# wait_port [NS] PORT : wait until something listens on PORT
-wait_port() {
-    local ns=() port i
-    if [ $# = 2 ]; then ns=(ip netns exec "$1"); port=$2; else port=$1; fi
-    for i in $(seq 150); do
-        "${ns[@]}" ss -Hltn "sport = :$port" | grep -q . && return 0
-        sleep 0.1
-    done
-    echo "nothing listens on port $port" >&2
-    return 1
-}
+# log, cleanup (trapped), want, bg, stop, wait_for, wait_port
+. "$LAB/procs.sh"
 
 # cap_start NAME [ip netns exec NS] tcpdump-args... : start tcpdump -> $WORK/NAME
 # (tcpdump runs as root (-Z root) and flushes every packet (-U)).

@@ -3,6 +3,7 @@
 //! command line rejects the same things at parse time.
 
 use super::http;
+use crate::measure::tls::{Target, Trust};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ pub const MAX_BODY_FILE: u64 = 64 << 20;
 /// What the user asked for.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// `http://host[:port][/path]`.
+    /// `http[s]://host[:port][/path]`.
     pub url: String,
     /// Worker threads.
     pub threads: usize,
@@ -38,6 +39,8 @@ pub struct Options {
     pub quickack: bool,
     /// Write the request header and body separately.
     pub split_writes: bool,
+    /// Which certificates an https server may present.
+    pub trust: Trust,
 }
 
 impl Default for Options {
@@ -56,6 +59,7 @@ impl Default for Options {
             nodelay: true,
             quickack: false,
             split_writes: false,
+            trust: Trust::System,
         }
     }
 }
@@ -70,12 +74,16 @@ pub enum BenchError {
     Start(String),
     /// The run started but measured nothing it can stand behind: why.
     NotMeasured(String),
+    /// The server's TLS certificate was refused: why, in words (no retry fixes it).
+    Certificate(String),
 }
 
 impl std::fmt::Display for BenchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BenchError::Usage(m) | BenchError::Start(m) | BenchError::NotMeasured(m) => f.write_str(m),
+            BenchError::Usage(m) | BenchError::Start(m) | BenchError::NotMeasured(m) | BenchError::Certificate(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -98,21 +106,38 @@ pub(crate) struct Config {
     pub(super) nodelay: bool,
     pub(super) quickack: bool,
     pub(super) split_writes: bool,
+    /// TLS, for an https URL.
+    pub(super) tls: Option<Target>,
+    /// The host as written in the URL (for certificate messages).
+    pub(super) host: String,
     /// Width of one point of latency over time (1 s, or longer to keep ≤ 600 points).
     pub(super) step: Duration,
     pub(super) notes: Vec<String>,
 }
 
-/// Splits `http://host[:port][/path]` into (authority, host, port, path).
-pub fn split_url(url: &str) -> Result<(String, String, u16, String), BenchError> {
-    let bad = |why: &str| BenchError::Usage(format!("URL {url:?}: {why} (expected http://HOST[:PORT][/PATH])"));
-    let rest = match url.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
-        Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {
-            return Err(bad("https is not supported: bench speaks plain HTTP/1.1; point it at the HTTP port"));
-        }
+/// A URL as bench and diagnose use it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Url {
+    /// `https://`: the connection speaks TLS.
+    pub https: bool,
+    /// `host[:port]` as written (the Host header).
+    pub authority: String,
+    /// The host, without brackets for IPv6.
+    pub host: String,
+    /// The port (80 or 443 when none is written).
+    pub port: u16,
+    /// The path and query, starting with `/`.
+    pub path: String,
+}
+
+/// Splits `http[s]://host[:port][/path]`.
+pub fn split_url(url: &str) -> Result<Url, BenchError> {
+    let bad = |why: &str| BenchError::Usage(format!("URL {url:?}: {why} (expected http[s]://HOST[:PORT][/PATH])"));
+    let (https, rest) = match url.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (false, rest),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (true, rest),
         Some(_) => return Err(bad("unknown scheme")),
-        None => url,
+        None => (false, url),
     };
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
@@ -138,12 +163,13 @@ pub fn split_url(url: &str) -> Result<(String, String, u16, String), BenchError>
         Some(Ok(0)) => return Err(bad("port 0 cannot be connected to (a port is 1 to 65535)")),
         Some(Ok(p)) => p,
         Some(Err(_)) => return Err(bad("bad port (a port is 1 to 65535)")),
+        None if https => 443,
         None => 80,
     };
     if path.contains(|c: char| c.is_ascii_control() || c == ' ') {
         return Err(bad("the path has a space or a control character (percent-encode it)"));
     }
-    Ok((authority.to_string(), host.to_string(), port, path))
+    Ok(Url { https, authority: authority.to_string(), host: host.to_string(), port, path })
 }
 
 /// A character HTTP allows in a method or a header name (RFC 9110 `tchar`).
@@ -194,7 +220,7 @@ impl Config {
     /// Checks the options and resolves the host.
     pub(crate) fn new(o: &Options) -> Result<Config, BenchError> {
         let usage = |m: String| BenchError::Usage(m);
-        let (authority, host, port, path) = split_url(&o.url)?;
+        let Url { https, authority, host, port, path } = split_url(&o.url)?;
         if o.connections == 0 {
             return Err(usage("-c must be at least 1".into()));
         }
@@ -233,6 +259,10 @@ impl Config {
             o.threads
         };
         let request = http::Request::new(&method, &authority, &path, &o.headers, &o.body, !o.keepalive);
+        let tls = match https {
+            true => Some(Target::new(&host, &o.trust).map_err(|e| BenchError::Start(format!("URL {:?}: {e}", o.url)))?),
+            false => None,
+        };
         Ok(Config {
             url: o.url.clone(),
             addr,
@@ -247,6 +277,8 @@ impl Config {
             nodelay: o.nodelay,
             quickack: o.quickack,
             split_writes: o.split_writes,
+            tls,
+            host,
             step: (o.duration / 600).max(Duration::from_secs(1)),
             notes,
         })
@@ -260,13 +292,20 @@ mod tests {
     #[test]
     fn urls() {
         let u = split_url("http://127.0.0.1:8080/a/b?c").unwrap();
-        assert_eq!(u, ("127.0.0.1:8080".into(), "127.0.0.1".into(), 8080, "/a/b?c".into()));
-        let u = split_url("http://[::1]/").unwrap();
-        assert_eq!((u.1.as_str(), u.2, u.3.as_str()), ("::1", 80, "/"));
-        let u = split_url("localhost:81?x=1").unwrap();
-        assert_eq!((u.1.as_str(), u.2, u.3.as_str()), ("localhost", 81, "/?x=1"));
+        let want = |https, a: &str, h: &str, port, p: &str| Url {
+            https,
+            authority: a.into(),
+            host: h.into(),
+            port,
+            path: p.into(),
+        };
+        assert_eq!(u, want(false, "127.0.0.1:8080", "127.0.0.1", 8080, "/a/b?c"));
+        assert_eq!(split_url("http://[::1]/").unwrap(), want(false, "[::1]", "::1", 80, "/"));
+        assert_eq!(split_url("localhost:81?x=1").unwrap(), want(false, "localhost:81", "localhost", 81, "/?x=1"));
+        assert_eq!(split_url("HTTPS://example.test/x").unwrap(), want(true, "example.test", "example.test", 443, "/x"));
+        assert_eq!(split_url("https://[::1]:8443").unwrap(), want(true, "[::1]:8443", "::1", 8443, "/"));
         let err = |u: &str| split_url(u).unwrap_err().to_string();
-        assert!(err("https://x/").contains("https is not supported"));
+        assert!(err("ftp://x/").contains("unknown scheme"));
         assert!(err("http://x:0/").contains("port 0"));
         assert!(err("http://x:99999/").contains("bad port"));
         assert!(err("http://:80/").contains("no host"));

@@ -5,21 +5,24 @@
 //! coordinated-omission correction (as wrk2).
 //!
 //! One thread per worker, each with its own epoll loop; the request bytes are
-//! built once and nothing is allocated per request.
+//! built once and nothing is allocated per request over plain HTTP (over TLS,
+//! rustls allocates a little per record: see `tls.rs`).
 
 mod config;
 pub mod http;
 mod notes;
 mod sock;
+mod tls;
 mod worker;
 
-pub use config::{BenchError, MAX_BODY_FILE, Options, check_header, check_method, check_rate, split_url};
+pub use config::{BenchError, MAX_BODY_FILE, Options, Url, check_header, check_method, check_rate, split_url};
 
 use crate::dist::{Coarse, Dist};
-use crate::report::bench::{BenchOptions, BenchReport, Distribution, Errors, ThreadRate, TimePoint};
+use crate::measure::tls::Negotiated;
+use crate::report::bench::{BenchOptions, BenchReport, Distribution, Errors, ThreadRate, TimePoint, TlsReport};
 use config::Config;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// One worker's measurements; merged at the end.
@@ -29,6 +32,15 @@ pub(crate) struct Stats {
     ttfb: Dist,
     gap: Dist,
     connect: Dist,
+    /// TLS handshake times (TCP connected → handshake complete).
+    handshake: Dist,
+    handshakes: u64,
+    /// Handshakes that resumed an earlier session.
+    resumed: u64,
+    /// What the first TLS handshake negotiated.
+    negotiated: Option<Negotiated>,
+    /// The server's certificate was refused: why (the run stops).
+    cert_error: Option<String>,
     requests: u64,
     bytes: u64,
     errors: Errors,
@@ -48,6 +60,11 @@ impl Stats {
             ttfb: Dist::default(),
             gap: Dist::default(),
             connect: Dist::default(),
+            handshake: Dist::default(),
+            handshakes: 0,
+            resumed: 0,
+            negotiated: None,
+            cert_error: None,
             requests: 0,
             bytes: 0,
             errors: Errors::default(),
@@ -90,6 +107,15 @@ impl Stats {
         self.ttfb.merge(&o.ttfb);
         self.gap.merge(&o.gap);
         self.connect.merge(&o.connect);
+        self.handshake.merge(&o.handshake);
+        self.handshakes += o.handshakes;
+        self.resumed += o.resumed;
+        if self.negotiated.is_none() {
+            self.negotiated = o.negotiated;
+        }
+        if self.cert_error.is_none() {
+            self.cert_error = o.cert_error;
+        }
         self.requests += o.requests;
         self.bytes += o.bytes;
         let (e, f) = (&mut self.errors, &o.errors);
@@ -204,6 +230,7 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
     let start = Instant::now();
     let deadline = start + cfg.duration;
     let counters: Vec<AtomicU64> = (0..cfg.threads).map(|_| AtomicU64::new(0)).collect();
+    let fatal = AtomicBool::new(false);
     let stats = std::thread::scope(|scope| {
         let mut handles = Vec::new();
         let mut first = 0;
@@ -211,11 +238,12 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
             // Every connection is used: the first (c mod t) workers take one more.
             let n = cfg.connections / cfg.threads + usize::from(t < cfg.connections % cfg.threads);
             let cfg = &cfg;
+            let fatal = &fatal;
             let first_conn = first;
             first += n;
             handles.push(scope.spawn(move || -> Result<Stats, String> {
                 let w = worker::Worker::new(cfg, n, start, first_conn).map_err(|e| format!("epoll: {e}"))?;
-                w.run(deadline, &crate::interrupt::requested, counter)
+                w.run(deadline, &crate::interrupt::requested, fatal, counter)
             }));
         }
         let mut next = start + Duration::from_secs(1);
@@ -239,6 +267,9 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
     for s in stats {
         // A worker whose loop failed stopped counting: the sums would undercount.
         all.merge(s.map_err(BenchError::NotMeasured)?);
+    }
+    if let Some(why) = all.cert_error.take() {
+        return Err(BenchError::Certificate(format!("{}: {why}", cfg.url)));
     }
     let secs = elapsed.as_secs_f64();
     let status_codes: BTreeMap<u16, u64> =
@@ -270,6 +301,18 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
         time_to_first_byte: distribution(&all.ttfb),
         max_read_gap: distribution(&all.gap),
         connect: distribution(&all.connect),
+        tls: cfg.tls.as_ref().map(|t| {
+            let n = all.negotiated.clone().unwrap_or_default();
+            TlsReport {
+                version: n.version,
+                cipher_suite: n.cipher_suite,
+                alpn: n.alpn,
+                handshakes: all.handshakes,
+                resumed: all.resumed,
+                handshake: distribution(&all.handshake),
+                certificate: t.trust,
+            }
+        }),
         requests_per_s_per_thread: thread_rate(&all.rate_samples),
         latency_histogram: crate::report::Histogram::from(&all.latency),
         timeline_step_s: cfg.step.as_secs_f64(),

@@ -27,10 +27,11 @@ pub(super) fn notes(cfg: &Config, s: &Stats) -> Vec<String> {
         if gap_share >= CLUSTER_SHARE {
             n.push_str(&format!(
                 " In {}% the first bytes came at once and the rest {:.0} ms later (largest read gap p50): \
-the server writes its response in pieces with Nagle on, and the last piece waits for this client's delayed ACK. \
+the server writes its response in pieces{} with Nagle on, and the last piece waits for this client's delayed ACK. \
 Fix: TCP_NODELAY on the server (nginx: `tcp_nodelay on;`); confirm with `--quickack`, which should remove the stall.",
                 pct(gap_share),
-                s.gap.quantile_ms(0.5)
+                s.gap.quantile_ms(0.5),
+                if cfg.tls.is_some() { " (separate TLS records)" } else { "" }
             ));
         } else if cfg.split_writes && !cfg.nodelay {
             n.push_str(
@@ -95,6 +96,9 @@ pub(super) fn nothing_measured(cfg: &Config, s: &Stats, interrupted: bool) -> Op
     let conns = if accepted == 1 { "1 connection".to_string() } else { format!("{accepted} connections") };
     let head = format!("the server at {} accepted {conns} but", cfg.addr);
     let first = |i: usize| s.first_errors[i].as_deref().unwrap_or("unknown");
+    if cfg.tls.is_some() && s.handshakes == 0 && e.connect > 0 {
+        return Some(format!("{head} no TLS handshake completed ({} failed): {}", e.connect, first(0)));
+    }
     let most = e.timeout.max(e.read).max(e.write).max(e.malformed);
     Some(match most {
         0 => format!(

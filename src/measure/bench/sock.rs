@@ -121,6 +121,39 @@ pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
 }
 
+/// Non-blocking gathered write (no SIGPIPE): TLS records queued by rustls go out in one call.
+pub fn write_vectored(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is ABI-compatible with iovec (std guarantees it on Unix).
+    msg.msg_iov = bufs.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = bufs.len().min(libc::c_int::MAX as usize) as _;
+    // SAFETY: msg points at bufs.len() live iovecs; no address, no control data.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+}
+
+/// A socket we own, as `Read` and `Write` for rustls's `read_tls`/`write_tls`.
+pub struct Fd(pub RawFd);
+
+impl io::Read for Fd {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        read(self.0, buf)
+    }
+}
+
+impl io::Write for Fd {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        write(self.0, buf)
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        write_vectored(self.0, bufs)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Closes a file descriptor we own.
 pub fn close(fd: RawFd) {
     // SAFETY: the caller owns fd and never uses it again.

@@ -2,14 +2,18 @@
 //!
 //! Each fd is registered once for input and output; a request is written as
 //! soon as the previous response ends, so a keep-alive request costs one
-//! write and one read (wrk also re-arms epoll twice per request).
+//! write and one read (wrk also re-arms epoll twice per request). Over TLS
+//! the same loop carries the records (see `tls.rs`); times are taken when
+//! decrypted data arrives, which is what an application sees.
 
 use super::http::{Fed, Reader};
 use super::sock::{self, Addr, Epoll};
+use super::tls::{self, Io};
 use super::{Config, Stats};
-use std::io;
+use crate::measure::tls::{Negotiated, describe, is_certificate, resumed};
+use std::io::{self, Read, Write};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Read buffer per worker.
@@ -27,6 +31,8 @@ enum State {
     Closed,
     /// connect() in progress.
     Connecting,
+    /// TCP connected, TLS handshake in progress.
+    Handshaking,
     /// Connected; the next request is due at `next_at`.
     Idle,
     /// Writing the request: piece and offset.
@@ -38,6 +44,8 @@ enum State {
 struct Conn {
     fd: RawFd,
     state: State,
+    /// The TLS session of an https connection.
+    tls: Option<Box<rustls::ClientConnection>>,
     reader: Reader,
     /// When the next request (or reconnect) is due.
     next_at: Instant,
@@ -80,6 +88,7 @@ impl<'a> Worker<'a> {
                 Conn {
                     fd: -1,
                     state: State::Closed,
+                    tls: None,
                     reader: Reader::default(),
                     next_at: start + offset,
                     origin: start,
@@ -104,10 +113,12 @@ impl<'a> Worker<'a> {
 
     /// Runs until `deadline` or until `stop` says so; returns the statistics, or
     /// why the loop could not go on (then nothing it counted can be trusted).
+    /// A refused certificate sets `fatal`, which stops every worker.
     pub(super) fn run(
         mut self,
         deadline: Instant,
         stop: &dyn Fn() -> bool,
+        fatal: &AtomicBool,
         progress: &AtomicU64,
     ) -> Result<Stats, String> {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
@@ -116,7 +127,7 @@ impl<'a> Worker<'a> {
         let (mut next_tick, mut next_sample, mut sampled) = (start, start + SAMPLE, 0u64);
         loop {
             let now = Instant::now();
-            if now >= deadline || stop() {
+            if now >= deadline || stop() || fatal.load(Ordering::Relaxed) {
                 break;
             }
             if now >= next_tick {
@@ -150,6 +161,9 @@ impl<'a> Worker<'a> {
                 let (i, flags) = (ev.u64 as usize, ev.events);
                 self.event(i, flags);
             }
+            if self.stats.cert_error.is_some() {
+                fatal.store(true, Ordering::Relaxed);
+            }
         }
         for c in &mut self.conns {
             if c.fd >= 0 {
@@ -174,6 +188,10 @@ impl<'a> Worker<'a> {
                     self.stats.connect_error(&"no answer to the SYN within --timeout");
                     Step::Reconnect(Duration::ZERO)
                 }
+                State::Handshaking if now - c.phase_start >= timeout => {
+                    self.stats.connect_error(&"no TLS handshake within --timeout");
+                    Step::Reconnect(Duration::ZERO)
+                }
                 State::Writing(..) | State::Reading if now - c.phase_start >= timeout => {
                     self.stats.errors.timeout += 1;
                     Step::Reconnect(Duration::ZERO)
@@ -194,6 +212,7 @@ impl<'a> Worker<'a> {
                 c.fd = -1;
             }
             c.state = State::Closed;
+            c.tls = None;
             c.reader.reset();
             c.next_at = c.next_at.max(now + after);
             if after.is_zero() {
@@ -227,11 +246,65 @@ impl<'a> Worker<'a> {
     fn connected(&mut self, i: usize, now: Instant) -> Step {
         let c = &mut self.conns[i];
         self.stats.connect.record((now - c.phase_start).as_nanos() as i64);
-        c.state = State::Idle;
-        if self.interval.is_none() || now >= c.next_at {
+        if let Some(t) = &self.cfg.tls {
+            match t.connect() {
+                Ok(tls) => c.tls = Some(Box::new(tls)),
+                Err(e) => {
+                    self.stats.connect_error(&format!("TLS set-up: {e}"));
+                    return Step::Reconnect(RECONNECT_BACKOFF);
+                }
+            }
+            c.state = State::Handshaking;
+            c.phase_start = now;
+            return self.handshake(i);
+        }
+        self.ready(i, now)
+    }
+
+    /// The connection can carry requests: send the first when it is due.
+    fn ready(&mut self, i: usize, now: Instant) -> Step {
+        self.conns[i].state = State::Idle;
+        if self.interval.is_none() || now >= self.conns[i].next_at {
             return self.send(i, now);
         }
         Step::Continue
+    }
+
+    /// Moves the TLS handshake on; when it completes, counts it and sends.
+    fn handshake(&mut self, i: usize) -> Step {
+        let c = &mut self.conns[i];
+        let Some(conn) = c.tls.as_deref_mut() else { return Step::Reconnect(Duration::ZERO) };
+        match tls::handshake(conn, c.fd) {
+            Io::Done => {}
+            Io::Blocked => return Step::Continue,
+            Io::Closed => {
+                self.stats.connect_error(&"the server closed the connection during the TLS handshake");
+                return Step::Reconnect(RECONNECT_BACKOFF);
+            }
+            Io::Failed(e) => {
+                self.stats.connect_error(&format!("TLS handshake: {e}"));
+                return Step::Reconnect(RECONNECT_BACKOFF);
+            }
+            Io::Tls(e) => {
+                let why = describe(&e, &self.cfg.host);
+                if is_certificate(&e) {
+                    self.stats.cert_error.get_or_insert(why);
+                } else {
+                    self.stats.connect_error(&format!("TLS handshake: {why}"));
+                }
+                return Step::Reconnect(RECONNECT_BACKOFF);
+            }
+        }
+        let st = &mut self.stats;
+        // Read the clock again: the server's flight may have come within this very call.
+        let done = Instant::now();
+        st.handshake.record((done - c.phase_start).as_nanos() as i64);
+        st.handshakes += 1;
+        st.resumed += u64::from(resumed(conn));
+        if st.negotiated.is_none() {
+            st.negotiated = Some(Negotiated::of(conn));
+        }
+        self.ready(i, done)
     }
 
     /// Starts writing a request.
@@ -252,12 +325,27 @@ impl<'a> Worker<'a> {
         let pieces: [&[u8]; 2] = if self.cfg.split_writes { [&req.head, &req.body] } else { [&req.whole, &[]] };
         let c = &mut self.conns[i];
         while let State::Writing(p, off) = c.state {
+            if let Some(t) = c.tls.as_deref_mut() {
+                // Each piece becomes its own record(s), sent before the next is queued.
+                match tls::flush(t, c.fd) {
+                    Ok(true) => {}
+                    Ok(false) => return Step::Continue,
+                    Err(e) => {
+                        self.stats.write_error(&e);
+                        return Step::Reconnect(Duration::ZERO);
+                    }
+                }
+            }
             let piece = pieces[usize::from(p)];
             if off >= piece.len() {
                 c.state = if p == 0 && !pieces[1].is_empty() { State::Writing(1, 0) } else { State::Reading };
                 continue;
             }
-            match sock::write(c.fd, &piece[off..]) {
+            let written = match c.tls.as_deref_mut() {
+                Some(t) => t.writer().write(&piece[off..]),
+                None => sock::write(c.fd, &piece[off..]),
+            };
+            match written {
                 Ok(n) => c.state = State::Writing(p, off + n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -294,6 +382,7 @@ impl<'a> Worker<'a> {
                     s
                 }
             }
+            State::Handshaking => self.handshake(i),
             State::Reading | State::Idle => self.read(i, now, flags),
             State::Closed => Step::Continue,
         };
@@ -302,6 +391,9 @@ impl<'a> Worker<'a> {
 
     /// Reads everything available and completes responses.
     fn read(&mut self, i: usize, now: Instant, flags: u32) -> Step {
+        if self.conns[i].tls.is_some() {
+            return self.read_tls(i, now);
+        }
         // The peer's FIN raises no new edge if it came with the data: read to the end.
         let hangup = flags & (libc::EPOLLRDHUP | libc::EPOLLHUP) as u32 != 0;
         loop {
@@ -319,36 +411,85 @@ impl<'a> Worker<'a> {
             if self.cfg.quickack {
                 sock::quickack(fd);
             }
-            self.stats.bytes += n as u64;
-            let c = &mut self.conns[i];
-            if c.state != State::Reading {
-                // Nothing was asked: bytes the server sent on its own.
-                self.stats.errors.malformed += 1;
-                return Step::Reconnect(Duration::ZERO);
-            }
-            match c.first_byte {
-                None => c.first_byte = Some(now),
-                Some(_) => c.max_gap = c.max_gap.max(now - c.last_read),
-            }
-            c.last_read = now;
-            match c.reader.feed(&self.buf[..n], self.cfg.request.is_head) {
-                Ok(Fed::More) => {}
-                Ok(Fed::Done(done, used)) => {
-                    if used < n {
-                        // A second response nobody asked for.
-                        self.stats.errors.malformed += 1;
-                        return Step::Reconnect(Duration::ZERO);
-                    }
-                    return self.complete(i, now, done.status, done.keep_alive);
-                }
-                Err(_) => {
-                    self.stats.errors.malformed += 1;
-                    return Step::Reconnect(Duration::ZERO);
-                }
+            if let Some(step) = self.received(i, now, n) {
+                return step;
             }
             if n < self.buf.len() && !hangup {
                 // A short read drained the socket; the next arrival raises a new edge.
                 return Step::Continue;
+            }
+        }
+    }
+
+    /// Reads TLS records until the socket is drained or a response ends.
+    fn read_tls(&mut self, i: usize, now: Instant) -> Step {
+        loop {
+            let c = &mut self.conns[i];
+            let Some(t) = c.tls.as_deref_mut() else { return Step::Reconnect(Duration::ZERO) };
+            let eof = match tls::fill(t, c.fd) {
+                Io::Done => false,
+                Io::Closed => true,
+                Io::Blocked => return Step::Continue,
+                Io::Failed(e) => {
+                    self.stats.read_error(&e);
+                    return Step::Reconnect(Duration::ZERO);
+                }
+                Io::Tls(e) => {
+                    self.stats.read_error(&format!("TLS: {}", describe(&e, &self.cfg.host)));
+                    return Step::Reconnect(Duration::ZERO);
+                }
+            };
+            if self.cfg.quickack && !eof {
+                sock::quickack(c.fd);
+            }
+            loop {
+                let Some(t) = self.conns[i].tls.as_deref_mut() else { return Step::Reconnect(Duration::ZERO) };
+                match t.reader().read(&mut self.buf) {
+                    // close_notify, or the TCP end without it.
+                    Ok(0) => return self.closed_by_peer(i, now),
+                    Ok(n) => {
+                        if let Some(step) = self.received(i, now, n) {
+                            return step;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => return self.closed_by_peer(i, now),
+                }
+            }
+            if eof {
+                return self.closed_by_peer(i, now);
+            }
+        }
+    }
+
+    /// Takes `n` bytes of response in `buf`; the step when the connection's
+    /// turn is over (a response ended, or it went wrong).
+    fn received(&mut self, i: usize, now: Instant, n: usize) -> Option<Step> {
+        self.stats.bytes += n as u64;
+        let c = &mut self.conns[i];
+        if c.state != State::Reading {
+            // Nothing was asked: bytes the server sent on its own.
+            self.stats.errors.malformed += 1;
+            return Some(Step::Reconnect(Duration::ZERO));
+        }
+        match c.first_byte {
+            None => c.first_byte = Some(now),
+            Some(_) => c.max_gap = c.max_gap.max(now - c.last_read),
+        }
+        c.last_read = now;
+        match c.reader.feed(&self.buf[..n], self.cfg.request.is_head) {
+            Ok(Fed::More) => None,
+            Ok(Fed::Done(done, used)) => {
+                if used < n {
+                    // A second response nobody asked for.
+                    self.stats.errors.malformed += 1;
+                    return Some(Step::Reconnect(Duration::ZERO));
+                }
+                Some(self.complete(i, now, done.status, done.keep_alive))
+            }
+            Err(_) => {
+                self.stats.errors.malformed += 1;
+                Some(Step::Reconnect(Duration::ZERO))
             }
         }
     }

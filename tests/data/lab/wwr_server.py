@@ -9,7 +9,9 @@ Modes:
   pause  - send the headers, sleep --think-ms, then send the body (an
            application pausing mid-response; with --nodelay, not Nagle)
 
-TCP_NODELAY is OFF unless --nodelay is given.  With --answer-connections N,
+TCP_NODELAY is OFF unless --nodelay is given.  With --tls CERT KEY it speaks
+HTTPS (Python's ssl module): each send() is then one TLS record, so wwr
+sends header and body as two records.  With --answer-connections N,
 connections after the first N are accepted and read but never answered (a
 server that stops answering).  Exits after --max-seconds.
 """
@@ -27,7 +29,14 @@ p.add_argument("--think-ms", type=float, default=45.0)
 p.add_argument("--max-seconds", type=float, default=60.0)
 p.add_argument("--server", default="wwr-lab", help="the Server header's value (bytes as given, control characters too)")
 p.add_argument("--answer-connections", type=int, default=0, help="0: all")
+p.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="speak HTTPS with this PEM certificate and key")
 a = p.parse_args()
+TLS = None
+if a.tls:
+    import ssl
+    TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    TLS.load_cert_chain(a.tls[0], a.tls[1])
+    TLS.set_alpn_protocols(["http/1.1"])
 SERVER = a.server.encode("utf-8", "surrogateescape")
 ACCEPTED = itertools.count(1)
 
@@ -52,6 +61,9 @@ def handle(conn):
     answer = a.answer_connections == 0 or next(ACCEPTED) <= a.answer_connections
     buf = b""
     try:
+        if TLS:
+            conn.settimeout(10)
+            conn = TLS.wrap_socket(conn, server_side=True)
         while True:
             req, buf = read_request(conn, buf)
             if req is None:
