@@ -2,9 +2,11 @@
 
 mod expect;
 mod path;
+mod upstream;
 
 use expect::expect_finding;
 use path::network_finding;
+use upstream::{upstream_finding, upstream_ns};
 
 use crate::analyze::{CountAgg, FileResult, NagleAgg, ServerAgg};
 use crate::report::text::{dur, plural};
@@ -54,16 +56,27 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
     let mut servers: Vec<_> = m.servers.iter().filter(|(_, s)| s.exchanges > 0).collect();
     servers.sort_by_key(|(e, _)| **e);
     let mut breakdown = Vec::new();
-    for (ep, s) in servers {
-        if let Some(f) = app_finding(*ep, s, tcp_cause_on(&m, *ep)) {
+    let waiting = |ep: &Endpoint| m.upstream.get(ep).filter(|w| w.holds());
+    for &(ep, s) in &servers {
+        // A proxy waiting for its upstream is not slow itself: said below instead.
+        if waiting(ep).is_none()
+            && let Some(f) = app_finding(*ep, s, tcp_cause_on(&m, *ep))
+        {
             findings.push(Finding::AppLatency(f));
         }
         if let Some(f) = network_finding(*ep, s) {
             findings.push(Finding::NetworkLatency(f));
         }
-        breakdown.push(breakdown_of(*ep, s));
+        breakdown.push(breakdown_of(*ep, s, waiting(ep).map_or(0, |w| upstream_ns(s, w))));
     }
     findings.sort_by(|a, b| b.time_lost_ms().total_cmp(&a.time_lost_ms()));
+    // After the causes they point at: the upstream's time seen again from its proxy.
+    let waits: Vec<_> = servers
+        .iter()
+        .filter(|(_, s)| app_worthy(s))
+        .filter_map(|&(ep, s)| upstream_finding(*ep, s, waiting(ep)?, &findings))
+        .collect();
+    findings.extend(waits.into_iter().map(Finding::UpstreamWait));
     breakdown.sort_by(|a, b| (b.stall_ms * b.exchanges as f64).total_cmp(&(a.stall_ms * a.exchanges as f64)));
     // Ids are "N" or "F:N": order ties by number, not as strings ("2" before "10").
     let num = |id: &str| -> (u64, u64) {
@@ -271,9 +284,15 @@ fn tcp_cause_on(m: &FileResult, server: Endpoint) -> bool {
         || m.servers.get(&server).is_some_and(|s| s.sum_stall > 0 || s.sum_loss > 0)
 }
 
+/// Worth a finding when at least a tenth of the exchanges waited on the
+/// application and that wait is a twentieth or more of all exchange time: a
+/// few scheduling hiccups beside seconds of Nagle stalls are not a cause.
+fn app_worthy(s: &ServerAgg) -> bool {
+    s.slow > 0 && s.slow * 10 >= s.exchanges && s.slow_think_ns.saturating_mul(20) >= s.sum_total
+}
+
 fn app_finding(server: Endpoint, s: &ServerAgg, tcp_cause: bool) -> Option<AppLatencyFinding> {
-    // Worth a finding when at least a tenth of the exchanges waited on the application.
-    if s.slow == 0 || s.slow * 10 < s.exchanges {
+    if !app_worthy(s) {
         return None;
     }
     let think = s.think.spread();
@@ -302,7 +321,7 @@ fn app_finding(server: Endpoint, s: &ServerAgg, tcp_cause: bool) -> Option<AppLa
     })
 }
 
-fn breakdown_of(server: Endpoint, s: &ServerAgg) -> Breakdown {
+fn breakdown_of(server: Endpoint, s: &ServerAgg, upstream_ns: i64) -> Breakdown {
     let n = s.exchanges.max(1) as i64;
     Breakdown {
         server: server.to_string(),
@@ -311,7 +330,8 @@ fn breakdown_of(server: Endpoint, s: &ServerAgg) -> Breakdown {
         total_ms: ms(s.sum_total / n),
         total_spread_ms: s.total.spread(),
         network_ms: ms(s.sum_network / n),
-        think_ms: ms(s.sum_think / n),
+        think_ms: ms((s.sum_think - upstream_ns) / n),
+        upstream_ms: ms(upstream_ns / n),
         client_wait_ms: ms(s.sum_client / n),
         transfer_ms: ms(s.sum_transfer / n),
         stall_ms: ms(s.sum_stall / n),

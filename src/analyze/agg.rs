@@ -2,6 +2,7 @@
 //! the results of several files merge.
 
 use super::collect::{RTO_NS, SLOW_THINK_NS};
+use super::upstream::{UpstreamWait, Windows};
 use crate::detect::{Exchange, Stall, Times};
 use crate::dist::Dist;
 use crate::report::{self, Ladder};
@@ -116,6 +117,8 @@ pub(crate) struct ServerAgg {
     pub(crate) slow_think_ns: i64,
     pub(crate) slow_examples: Vec<u64>,
     pub(crate) software: Option<String>,
+    /// Slow windows and exchange spans for the upstream test (this file only).
+    pub(crate) windows: Windows,
 }
 
 #[derive(Default)]
@@ -144,6 +147,8 @@ pub(crate) struct FileResult {
     pub(crate) zero: FxHashMap<(Endpoint, Side), CountAgg>,
     /// `Expect: 100-continue` waits, per (client host, server).
     pub(crate) expect: FxHashMap<(IpAddr, Endpoint), CountAgg>,
+    /// Servers whose slow answers waited for another server's exchanges (a proxy and its upstream).
+    pub(crate) upstream: FxHashMap<Endpoint, UpstreamWait>,
     pub(crate) conns: Vec<report::Connection>,
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
@@ -321,6 +326,7 @@ impl FileResult {
             }
         }
         self.expect.retain(|k, _| k.1 != server);
+        self.upstream.remove(&server);
     }
 
     /// Adds another file's results (its input summary goes to `inputs`).
@@ -377,6 +383,7 @@ impl FileResult {
                 a.absorb(b);
             });
         }
+        merge_map(&mut self.upstream, f.upstream, |a, b| a.merge(&b));
         merge_map(&mut self.expect, f.expect, |a, b| {
             merge_examples(&mut a.examples, &b.examples, 2);
             a.absorb(b);

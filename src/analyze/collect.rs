@@ -80,6 +80,8 @@ impl<'o> Collector<'o> {
 
     /// The file's results, once every connection is closed.
     pub(super) fn finish(mut self) -> FileResult {
+        let mut windows: Vec<_> = self.slots.iter_mut().map(|(e, s)| (*e, std::mem::take(&mut s.windows))).collect();
+        self.r.upstream = super::upstream::link(&mut windows).into_iter().collect();
         self.r.servers = self.slots.drain(..).collect();
         self.r
     }
@@ -175,7 +177,11 @@ impl<'o> Collector<'o> {
         st.exchanges += 1;
         let times = x.times(info.rtt_to(Side::Client), info.rtt_to(Side::Server));
         match self.server_slot(info, st) {
-            Some(slot) => self.slots[slot].1.add_exchange(&times, &x),
+            Some(slot) => {
+                let s = &mut self.slots[slot].1;
+                s.add_exchange(&times, &x);
+                s.windows.add(&x, &times);
+            }
             None => self.r.dropped += 1,
         }
         // The exchange that just ended keeps its rows only if its ladder could make the
@@ -224,6 +230,7 @@ fn exchange_times(t: &Times) -> ExchangeTimes {
         total_ms: report::ms(t.total),
         network_ms: report::ms(t.network),
         think_ms: report::ms(t.think),
+        upstream_ms: 0.0,
         client_wait_ms: report::ms(t.client),
         transfer_ms: report::ms(t.transfer),
         stall_ms: report::ms(t.stall),

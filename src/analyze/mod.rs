@@ -3,9 +3,11 @@
 
 mod agg;
 mod collect;
+mod upstream;
 
 pub(crate) use agg::{CountAgg, FileResult, NagleAgg, ServerAgg};
 pub use collect::{ConnState, RTO_NS, SLOW_THINK_NS};
+pub(crate) use upstream::UpstreamWait;
 
 use crate::capture::{Capture, Format, LinkType};
 use crate::filter::Filter;

@@ -95,6 +95,9 @@ pub struct ExchangeTimes {
     pub network_ms: f64,
     /// Server application time.
     pub think_ms: f64,
+    /// Waiting for an upstream server (a server's mean only; 0 for one exchange).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub upstream_ms: f64,
     /// The client pausing inside its own request.
     pub client_wait_ms: f64,
     /// Sending the bytes, stalls excluded.
@@ -103,6 +106,10 @@ pub struct ExchangeTimes {
     pub stall_ms: f64,
     /// Waiting for lost bytes to be re-sent.
     pub loss_ms: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// TCP flags in tcpdump's notation and bit order: `S`, `S.`, `P.`, `FP.`, `.`; `none` when no flag is set.

@@ -172,6 +172,8 @@ pub enum Finding {
     Expect100Continue(ExpectFinding),
     /// The exchanges' time is mostly the path's round trip.
     NetworkLatency(NetworkLatencyFinding),
+    /// A server (a reverse proxy) waits for another server's answers.
+    UpstreamWait(UpstreamWaitFinding),
 }
 
 impl Finding {
@@ -185,6 +187,7 @@ impl Finding {
             Finding::AppLatency(f) => f.time_lost_ms,
             Finding::Expect100Continue(f) => f.time_lost_ms,
             Finding::NetworkLatency(f) => f.time_lost_ms,
+            Finding::UpstreamWait(f) => f.time_lost_ms,
         }
     }
     /// The plain-language verdict.
@@ -197,6 +200,7 @@ impl Finding {
             Finding::AppLatency(f) => &f.summary,
             Finding::Expect100Continue(f) => &f.summary,
             Finding::NetworkLatency(f) => &f.summary,
+            Finding::UpstreamWait(f) => &f.summary,
         }
     }
 }
@@ -393,6 +397,36 @@ pub struct NetworkLatencyFinding {
     pub fix: Vec<String>,
 }
 
+/// `upstream_wait`: a server whose slow answers each held a whole exchange
+/// of one other server in the capture (request sent after the server's
+/// request ended, answer over before the server began answering).
+#[derive(Clone, Debug, Serialize)]
+pub struct UpstreamWaitFinding {
+    /// The verdict in one sentence.
+    pub summary: String,
+    /// The waiting server (the proxy).
+    pub server: String,
+    /// The server it waits for.
+    pub upstream: String,
+    /// The proxy's exchanges.
+    pub exchanges: u64,
+    /// Of those, exchanges with application time ≥ 10 ms.
+    pub slow_exchanges: u64,
+    /// Slow exchanges tested (the first 1024, while the upstream's exchanges are known).
+    pub waits_judged: u64,
+    /// Of those, waits at least half filled by the upstream's exchanges.
+    pub waits_matched: u64,
+    /// Request end → first response byte of the matched waits.
+    pub wait_ms: Spread,
+    /// The proxy's time spent inside the upstream's exchanges: the upstream's
+    /// time seen again from the proxy, not a cause of its own.
+    pub time_lost_ms: f64,
+    /// [first request frame, last response frame] of slow exchanges, flattened.
+    pub example_frames: Vec<u64>,
+    /// What to change, most direct first.
+    pub fix: Vec<String>,
+}
+
 /// Where one server's exchange time goes (means per exchange, ms).
 #[derive(Clone, Debug, Serialize)]
 pub struct Breakdown {
@@ -409,8 +443,11 @@ pub struct Breakdown {
     /// Network round trip (client ↔ server).
     pub network_ms: f64,
     /// Server application time: request end → first response byte less the
-    /// network, plus pauses inside the response that no ACK, stall or loss explains.
+    /// network, plus pauses inside the response that no ACK, stall or loss
+    /// explains, less the time spent waiting for an upstream (`upstream_ms`).
     pub think_ms: f64,
+    /// Waiting for an upstream server's answers (see `upstream_wait`).
+    pub upstream_ms: f64,
     /// The client pausing between the parts of its own request (e.g. waiting
     /// for `100 Continue`): the client's time, never the server's.
     pub client_wait_ms: f64,

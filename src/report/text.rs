@@ -113,6 +113,10 @@ pub fn render(r: &Report) -> String {
             Finding::Retransmission(x) => examples(&mut o, &x.example_frames),
             Finding::SynRetransmission(x) => examples(&mut o, &x.example_frames),
             Finding::ZeroWindow(x) => examples(&mut o, &x.example_frames),
+            Finding::UpstreamWait(x) => {
+                fixes(&mut o, &x.fix);
+                let _ = writeln!(o, "    Evidence: slow exchanges at frames {}.", pairs(&x.example_frames));
+            }
             Finding::AppLatency(x) => {
                 let _ = writeln!(o, "    Evidence: slow exchanges at frames {}.", pairs(&x.example_frames));
             }
@@ -121,21 +125,35 @@ pub fn render(r: &Report) -> String {
     if !r.breakdown.is_empty() {
         let _ = writeln!(o);
         let _ = writeln!(o, "{}", head("WHERE THE TIME GOES (mean per exchange)"));
+        // The upstream column only where a proxy waited for one.
+        let proxied = r.breakdown.iter().any(|b| b.upstream_ms > 0.0);
+        let up = |v: &str| if proxied { format!(" {v:>10}") } else { String::new() };
         let _ = writeln!(
             o,
-            "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "server", "exchanges", "total", "p90", "network", "think", "client", "transfer", "stall", "loss"
+            "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10}{} {:>10} {:>10} {:>10} {:>10}",
+            "server",
+            "exchanges",
+            "total",
+            "p90",
+            "network",
+            "think",
+            up("upstream"),
+            "client",
+            "transfer",
+            "stall",
+            "loss"
         );
         for b in &r.breakdown {
             let _ = writeln!(
                 o,
-                "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10}{} {:>10} {:>10} {:>10} {:>10}",
                 b.server,
                 b.exchanges,
                 ms(b.total_ms),
                 ms(b.total_spread_ms.p90),
                 ms(b.network_ms),
                 ms(b.think_ms),
+                up(&ms(b.upstream_ms)),
                 ms(b.client_wait_ms),
                 ms(b.transfer_ms),
                 ms(b.stall_ms),

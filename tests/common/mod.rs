@@ -55,6 +55,7 @@ pub fn kinds(r: &Report) -> Vec<&'static str> {
             Finding::AppLatency(_) => "app_latency",
             Finding::Expect100Continue(_) => "expect_100_continue",
             Finding::NetworkLatency(_) => "network_latency",
+            Finding::UpstreamWait(_) => "upstream_wait",
         })
         .collect();
     k.sort();

@@ -120,6 +120,7 @@ fn mean_times(b: &Breakdown) -> ExchangeTimes {
         total_ms: b.total_ms,
         network_ms: b.network_ms,
         think_ms: b.think_ms,
+        upstream_ms: b.upstream_ms,
         client_wait_ms: b.client_wait_ms,
         transfer_ms: b.transfer_ms,
         stall_ms: b.stall_ms,
@@ -207,6 +208,7 @@ fn finding(f: &Finding) -> Markup {
                 }
             }
             Finding::Expect100Continue(crate::report::ExpectFinding { fix, .. })
+            | Finding::UpstreamWait(crate::report::UpstreamWaitFinding { fix, .. })
             | Finding::NetworkLatency(crate::report::NetworkLatencyFinding { fix, .. }) => {
                 h3 { "Fix" }
                 ol.fix { @for x in fix { li { (rich(x)) } } }
