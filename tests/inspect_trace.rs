@@ -381,18 +381,19 @@ fn a_process_that_exits_during_the_trace_gives_partial_results() {
         return;
     }
     let _g = serial();
-    let (mut srv, port) = wwr_server("wwr", false, 2.0);
-    let b = Bench::start(port, 2.5);
+    // The server lives 3 s: enough for inspect to find it on a loaded machine.
+    let (mut srv, port) = wwr_server("wwr", false, 3.0);
+    let b = Bench::start(port, 3.5);
     let t0 = Instant::now();
-    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "6s"]);
+    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "8s"]);
     assert_eq!(code, 0, "{err}");
-    // It returned when the process exited, not after 6 s.
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // It returned when the process exited, not after 8 s.
+    assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
     let t = &v["trace"];
     assert_eq!((t["exited"].as_bool(), v["process"]["exited"].as_bool()), (Some(true), Some(true)), "{t:#}");
     assert!(t["notes"].to_string().contains("exited"), "{:#}", t["notes"]);
     assert!(n(&t["responses"]) > 0 && t["found"] == true, "{t:#}");
-    assert!(t["traced_ms"].as_f64().unwrap() < 4000.0);
+    assert!(t["traced_ms"].as_f64().unwrap() < 6000.0);
     let _ = b.finish();
     assert!(srv.0.try_wait().unwrap().is_some());
 }
