@@ -153,6 +153,12 @@ host and ptrace permission over it; without them the verdict comes from steps 1-
 missing. Step 5 also traces the server's reads and writes with ptrace for 0.5 s of the load (as `inspect --trace`), \
 which slows the requests it serves meanwhile.
 
+--try-nodelay (after the verdict, for a server on this host found in step 5) sets TCP_NODELAY live on the server's \
+listening socket(s) of the port and its established connections (as `tcpdoctor nodelay :PORT on`; the previous \
+values saved first in /run/tcpdoctor), runs the load again with the same parameters, restores every socket (unless \
+--keep) and prints BEFORE / AFTER with the proof in one line. Otherwise one line says why it cannot. If the run is \
+killed, `tcpdoctor nodelay PID restore` puts the values back. The exit code stays the verdict's.
+
 Exit codes: 0 no latency problem found (with --verify/--before: the fix worked); 1 a cause was found (with \
 --verify/--before: not fixed); 2 bad command line: a URL that cannot be used as written (syntax, port 0), \
 -i naming no interface, a --before file that is not a `diagnose --json` record or is over 64 MiB, a --cacert with \

@@ -133,9 +133,11 @@ pub fn render(r: &NodelayReport) -> String {
             }
         );
     }
+    let wl = r.sockets.iter().map(|c| c.local.chars().count()).max().unwrap_or(0).max(5);
+    let wp = r.sockets.iter().map(|c| c.peer.chars().count()).max().unwrap_or(0).max(4);
     let _ = writeln!(
         s,
-        "  {:<7} {:<4} {:<11} {:<22} {:<22} {:<6} {:<6} outcome",
+        "  {:<7} {:<4} {:<11} {:<wl$} {:<wp$} {:<6} {:<6} outcome",
         "pid", "fd", "state", "local", "peer", "before", "after"
     );
     let mut shown = 0;
@@ -149,7 +151,7 @@ pub fn render(r: &NodelayReport) -> String {
         let state = if c.role == "listening" { "listen" } else { "established" };
         let _ = writeln!(
             s,
-            "  {:<7} {:<4} {:<11} {:<22} {:<22} {:<6} {:<6} {}",
+            "  {:<7} {:<4} {:<11} {:<wl$} {:<wp$} {:<6} {:<6} {}",
             c.pid,
             c.fd,
             state,
