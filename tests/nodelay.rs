@@ -681,3 +681,85 @@ fn a_user_switches_its_own_server_with_state_in_its_runtime_dir() {
     drop(lab_proc);
     let _ = std::fs::remove_dir_all(runtime);
 }
+
+/// `off` on a server that sets TCP_NODELAY itself on each connection it
+/// accepts (the JDK HttpServer with -Dsun.net.httpserver.nodelay=true): a
+/// bench's connections get Nagle and stall, restore ends the stall, and the
+/// text lists each socket with its before and after.
+#[test]
+fn off_brings_the_stall_to_a_nodelay_server_and_restore_ends_it() {
+    if !require_root() || !require("javac") {
+        return;
+    }
+    let _g = serial();
+    let dir = tmpdir("nodelay-jdk-off");
+    common::javac(&dir);
+    let port = free_port();
+    let _p = common::jdk(&dir, port, true);
+    let pid = listener(port);
+    let url = format!("http://127.0.0.1:{port}/");
+    let t = Instant::now();
+    let load = bench(&url, 4, "6s");
+    at(t, 1.5);
+    let r = nodelay(&[&pid.to_string(), "off"]);
+    assert_eq!((r.code, r.err.as_str()), (0, ""), "{}", r.out);
+    let head = r.out.lines().next().unwrap();
+    let want = format!(
+        "pid {pid} java: TCP_NODELAY off set live: 4 sockets switched (0 listening, 4 established), 1 already off"
+    );
+    assert_eq!(head, want, "{}", r.out);
+    // Java listens on the IPv6 socket, 127.0.0.1 mapped: [::ffff:127.0.0.1]:PORT.
+    let listen = format!("127.0.0.1]:{port} *:*");
+    let is_listen = |l: &&str| l.contains(" listen ") && l.contains(&listen);
+    assert!(r.out.lines().any(|l| is_listen(&l) && l.ends_with(" off    off    already")), "{}", r.out);
+    let est = r.out.lines().filter(|l| l.contains(" established ") && l.ends_with(" on     off    switched")).count();
+    assert_eq!(est, 4, "{}", r.out);
+    assert!(r.out.contains(&format!("previous values saved in /run/tcpdoctor/{pid}-")), "{}", r.out);
+    assert!(r.out.contains("unless the server sets the option itself on each connection"), "{}", r.out);
+    at(t, 3.5);
+    let back = nodelay_json(&[&pid.to_string(), "restore"]);
+    let restored = rows(&back, "accepted", "restored");
+    assert_eq!(restored.len(), 4, "{:#}", back["sockets"]);
+    assert!(restored.iter().all(|s| s["before"] == false && s["after"] == true && s["previous"] == true));
+    assert_eq!(rows(&back, "listening", "unchanged").len(), 1, "off → off: {:#}", back["sockets"]);
+    let b = load.join().unwrap();
+    assert_no_errors(&b);
+    let (before, during, after) = (p50_at(&b, 0), p50_at(&b, 2), p50_at(&b, 4));
+    assert!(before < 1.0 && during > 30.0 && after < 1.0, "p50 {before} → {during} → {after} ms");
+    assert!(state_files(pid).is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Over HTTPS the same experiment: the lab's Nagle server speaking TLS (header
+/// and body as two records), its CA given with --cacert.
+#[test]
+fn diagnose_try_nodelay_over_https() {
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    let (lab_proc, rows) = common::lab_rows(&[]);
+    let row = rows.iter().find(|r| r["name"] == "nagle-tls").unwrap_or_else(|| panic!("{rows:#?}"));
+    let (url, ca) = (row["url"].as_str().unwrap(), row["cacert"].as_str().unwrap());
+    assert!(url.starts_with("https://"), "{url}");
+    let out = common::tcpdoctor()
+        .args(["diagnose", url, "--cacert", ca, "--try-nodelay", "-d", "1s", "--json"])
+        .output()
+        .unwrap();
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!((out.status.code(), &v["verdict"]["cause"]), (Some(1), &Value::from("nagle_delayed_ack")), "{v:#}");
+    assert!(v["load"]["tls"]["version"].as_str().unwrap().starts_with("TLSv1."), "{:#}", v["load"]);
+    let t = &v["try_nodelay"];
+    assert!(t["not_run"].is_null(), "{t:#}");
+    assert_eq!((&t["pid"], &t["port"], &t["listening"]), (&lab_proc.0.id().into(), &port_of(url).into(), &1.into()));
+    let (before, after) = (t["before"]["p50_ms"].as_f64().unwrap(), t["after"]["p50_ms"].as_f64().unwrap());
+    assert!(before > 30.0 && after < 1.0, "p50 {before} → {after} ms");
+    assert_eq!(t["load"]["tls"]["version"], v["load"]["tls"]["version"], "the second load spoke TLS too");
+    let (sb, sa) = (t["before"]["stalls"].as_u64().unwrap(), t["after"]["stalls"].as_u64().unwrap());
+    assert!(sb > 50 && sa * 10 < sb, "stalls captured {sb} → {sa}");
+    assert_eq!((&t["restored"], &t["after"]["errors"]), (&true.into(), &0.into()), "{t:#}");
+    assert!(t["proof"].as_str().unwrap().ends_with(" µs; restored"), "{t:#}");
+    assert!(!listening_nodelay(port_of(url)));
+    assert!(state_files(lab_proc.0.id()).is_empty());
+}
