@@ -763,3 +763,49 @@ fn diagnose_try_nodelay_over_https() {
     assert!(!listening_nodelay(port_of(url)));
     assert!(state_files(lab_proc.0.id()).is_empty());
 }
+
+/// `diagnose --try-nodelay` asked to stop (SIGTERM, as Ctrl-C's SIGINT)
+/// during its second load ends that load early and still restores.
+#[test]
+fn diagnose_try_nodelay_stopped_by_sigterm_still_restores() {
+    if !require_root() || !require("python3") {
+        return;
+    }
+    let _g = serial();
+    let dir = tmpdir("nodelay-term");
+    let port = free_port();
+    let _p = python_http_server(&dir, port);
+    let pid = listener(port);
+    let url = format!("http://127.0.0.1:{port}/index.html");
+    let mut d = common::tcpdoctor()
+        .args(["diagnose", &url, "--try-nodelay", "--no-capture", "-d", "5s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(d.stdout.take().unwrap()).lines();
+    let mut diag = Proc(d);
+    let mut seen = Vec::new();
+    for line in out.by_ref() {
+        let line = line.unwrap();
+        let switched = line.starts_with(&format!("[try] TCP_NODELAY set live on pid {pid} "));
+        seen.push(line);
+        if switched {
+            break;
+        }
+    }
+    assert!(listening_nodelay(port), "{seen:#?}");
+    let t = Instant::now();
+    // SAFETY: kill(2) on the PID of the child this test started, not yet reaped.
+    unsafe { libc::kill(diag.0.id() as libc::pid_t, libc::SIGTERM) };
+    seen.extend(out.map(|l| l.unwrap()));
+    let code = diag.0.wait().unwrap().code();
+    let text = seen.join("\n");
+    assert_eq!(code, Some(1), "the verdict's code: {text}");
+    assert!(t.elapsed() < Duration::from_secs(3), "the second 5 s load was cut short: {:?}", t.elapsed());
+    assert!(text.contains("\n[try] restored: 1 socket put back to TCP_NODELAY off"), "{text}");
+    assert!(text.contains("interrupted by Ctrl-C: the load with TCP_NODELAY ran short"), "{text}");
+    assert!(!listening_nodelay(port));
+    assert!(state_files(pid).is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}
