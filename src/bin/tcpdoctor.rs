@@ -144,7 +144,7 @@ the server's own configuration (diagnose names it).
 Exit codes: 0 switched or restored (also when nothing needed changing); 2 bad command line; 3 no such process, \
 nothing listens on PORT, no listening TCP socket in the process (on PORT), or restore: nothing saved for it (a \
 process that is gone has its saved state removed); 5 cannot: no ptrace permission, already traced by another \
-process, kernel too old; 6 the state file could not be written (nothing was changed) or its directory is not \
+process, kernel too old, a socket call failed; 6 the state file could not be written (nothing was changed) or its directory is not \
 private, or standard output failed.")]
     Nodelay(NodelayArgs),
     /// The whole method against a URL: RTT, alone vs under load, quick-ACK A/B, capture, server process, verdict.
