@@ -419,9 +419,10 @@ fn diagnose_try_nodelay_proves_the_fix_live_and_restores() {
     let off = url_of(&servers, "nginx-nodelay-off");
     let port = port_of(off);
     let master = listener(port);
+    let html = tmpdir("nodelay-html").join("diagnose.html");
     let r = run({
         let mut c = common::tcpdoctor();
-        c.args(["diagnose", off, "--try-nodelay"]);
+        c.args(["diagnose", off, "--try-nodelay", "--html"]).arg(&html);
         c
     });
     assert_eq!(r.code, 1, "{}{}", r.out, r.err);
@@ -444,6 +445,15 @@ fn diagnose_try_nodelay_proves_the_fix_live_and_restores() {
     let proof = r.out.lines().find(|l| l.starts_with("PROOF:")).unwrap();
     assert!(proof.ends_with(" µs; restored"), "sub-ms after: {proof}");
     assert!(!listening_nodelay(port));
+    // The HTML report has the experiment too, after the verdict.
+    let page = std::fs::read_to_string(&html).unwrap();
+    let (verdict, section) =
+        (page.find("Verdict (high confidence)").unwrap(), page.find("id=\"try-nodelay\"").unwrap());
+    assert!(verdict < section, "the experiment after the verdict");
+    let part = &page[section..];
+    assert!(part.contains(&format!("{}</p>", proof.trim_start_matches("PROOF: "))), "{part}");
+    assert!(part.contains("<td>Nagle stalls captured</td>") && part.contains("Restored: 1 put back."), "{part}");
+    let _ = std::fs::remove_dir_all(html.parent().unwrap());
 }
 
 /// `--keep` leaves it set, and says how to put it back.
@@ -460,10 +470,15 @@ fn diagnose_try_nodelay_keep_leaves_it_set() {
     let url = format!("http://127.0.0.1:{port}/index.html");
     let out = common::tcpdoctor()
         .args(["diagnose", &url, "--try-nodelay", "--keep", "--no-capture", "-d", "1s", "-c", "2", "--json"])
+        .arg("--html")
+        .arg(dir.join("d.html"))
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let t = &v["try_nodelay"];
+    let page = std::fs::read_to_string(dir.join("d.html")).unwrap();
+    let kept = format!("Kept: <code>tcpdoctor nodelay {pid} restore</code> puts it back.");
+    assert!(page.contains(&kept) && page.contains(t["proof"].as_str().unwrap()), "{page}");
     assert_eq!((&t["kept"], &t["restored"]), (&true.into(), &false.into()), "{t:#}");
     assert!(t["proof"].as_str().unwrap().ends_with("; kept"), "{t:#}");
     let (before, after) = (t["before"]["p50_ms"].as_f64().unwrap(), t["after"]["p50_ms"].as_f64().unwrap());
