@@ -36,7 +36,7 @@ fn cannot(r: &DiagnoseReport) -> Option<String> {
         return Some(format!("step 5 did not find the server's process{why}; the switch needs it"));
     }
     if crate::interrupt::requested() {
-        return Some("interrupted by Ctrl-C".into());
+        return Some("interrupted (Ctrl-C, SIGTERM or SIGHUP)".into());
     }
     None
 }
@@ -132,7 +132,7 @@ switched, {} already on; previous values in {} (if this run is killed: `tcpdocto
         }
     };
     if after.interrupted {
-        notes.push("interrupted by Ctrl-C: the load with TCP_NODELAY ran short".into());
+        notes.push("interrupted (Ctrl-C, SIGTERM or SIGHUP): the load with TCP_NODELAY ran short".into());
     }
     let after = LoadStep::of(&after);
     say(&format!("[try] Under load      {}\n", super::load_line(&after)));
