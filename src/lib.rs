@@ -6,7 +6,8 @@
 //! [`tcp`] (connection events) → [`detect`] (one module per cause) →
 //! [`report`] (JSON schema and text). [`analyze`] runs the pipeline.
 //! [`measure`] holds the active instruments (`probe`, `trace`); [`inspect`]
-//! looks at a live process's sockets; [`watch`] runs the analysis on a live
+//! looks at a live process's sockets and [`nodelay`] switches their
+//! TCP_NODELAY live (and back); [`watch`] runs the analysis on a live
 //! capture and exports Prometheus metrics.
 
 pub mod analyze;
@@ -21,6 +22,7 @@ pub mod inspect;
 pub mod interrupt;
 pub mod lab;
 pub mod measure;
+pub mod nodelay;
 pub mod output;
 pub mod report;
 pub mod tcp;

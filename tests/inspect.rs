@@ -30,10 +30,6 @@ fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-fn root() -> bool {
-    uid() == 0
-}
-
 /// A finished run: exit code, stdout, stderr.
 struct Run {
     code: i32,
@@ -248,47 +244,6 @@ fn lab_process_with_nagle_and_nodelay_servers_text() {
     }
 }
 
-/// Debian's nginx (master + worker) serving a small page, config from
-/// tests/data/lab/nginx.conf.template with `tcp_nodelay` on or off; `off` is
-/// set in the server block, where `inspect PID` (no port given) must find it too.
-fn nginx(dir: &std::path::Path, port: u16, nodelay: bool) -> Proc {
-    std::fs::create_dir_all(dir.join("www")).unwrap();
-    std::fs::write(dir.join("www/index.html"), format!("<html>{}</html>\n", "tcpdoctor inspect test. ".repeat(24)))
-        .unwrap();
-    let d = dir.display().to_string();
-    let mut conf = std::fs::read_to_string(common::data("lab/nginx.conf.template"))
-        .unwrap()
-        .replace("@PREFIX@", &d)
-        .replace("@ROOT@", &format!("{d}/www"))
-        .replace("@PORT@", &port.to_string())
-        .replace("@NODELAY@", if nodelay { "on" } else { "off" });
-    if !nodelay {
-        conf = conf
-            .replace("    tcp_nodelay off;\n", "")
-            .replace("    server {\n", "    server {\n        tcp_nodelay off;\n");
-        assert!(conf.contains("server {\n        tcp_nodelay off;\n"), "{conf}");
-    }
-    if !root() {
-        conf = conf.replace("user root;", "");
-    }
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-    let bin = if std::path::Path::new("/usr/sbin/nginx").exists() { "/usr/sbin/nginx" } else { "nginx" };
-    let c = Command::new(bin)
-        .arg("-p")
-        .arg(dir)
-        .arg("-c")
-        .arg(dir.join("nginx.conf"))
-        .arg("-e")
-        .arg(dir.join("error.log"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut p = Proc(c);
-    common::wait_listening(port, &mut p);
-    p
-}
-
 /// The children of `pid`, as the kernel lists them.
 fn children(pid: u32) -> Vec<u64> {
     let t = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
@@ -304,7 +259,7 @@ fn nginx_tcp_nodelay_off_and_on_master_and_worker() {
     for nodelay in [false, true] {
         let dir = tmpdir(&format!("nginx-{nodelay}"));
         let port = free_port();
-        let p = nginx(&dir, port, nodelay);
+        let p = common::nginx(&dir, port, nodelay);
         let master = p.0.id();
         let workers = children(master);
         assert_eq!(workers.len(), 1, "worker_processes 1");

@@ -126,11 +126,38 @@ Exit codes: 0 inspected (also when the process exited during --trace: the report
 3 no such process, or nothing listens on PORT; 5 cannot inspect or trace (no ptrace permission, already traced, \
 kernel too old); 6 the report could not be written to standard output.")]
     Inspect(InspectArgs),
+    /// Switch TCP_NODELAY on (or off) live on a server's sockets, and restore it: the fix, tried without a restart.
+    #[command(after_help = "PID is a process id; :PORT means the process listening on that TCP port (for nginx, its \
+master, with the workers that share its listening socket). on|off sets TCP_NODELAY on its listening sockets (on \
+PORT, or all of them) and on the established connections accepted on them, through duplicates of the sockets \
+(pidfd_getfd, Linux >= 5.6; needs ptrace permission: root, CAP_SYS_PTRACE or the same user); connections accepted \
+later inherit the value from the listening socket. Before the first change the previous values are saved in \
+/run/tcpdoctor/PID-STARTTIME.json (root; otherwise $XDG_RUNTIME_DIR/tcpdoctor/), so restore puts them back after \
+Ctrl-C or a crash; a second on/off keeps the first saved values. restore puts back every saved socket still open \
+(those the process changed itself since are left as they are and listed) and removes the file. A process under \
+another tracer (a debugger, strace) is refused.
+
+Caveats: the server may set the option itself later (nginx sets TCP_NODELAY per keep-alive connection when its \
+own tcp_nodelay is on); listening sockets created after a reload do not inherit the change; the lasting fix is \
+the server's own configuration (diagnose names it).
+
+Exit codes: 0 switched or restored (also when nothing needed changing); 2 bad command line; 3 no such process, \
+nothing listens on PORT, no listening TCP socket in the process (on PORT), or restore: nothing saved for it (a \
+process that is gone has its saved state removed); 5 cannot: no ptrace permission, already traced by another \
+process, kernel too old, a socket call failed; 6 the state file could not be written (nothing was changed) or its directory is not \
+private, or standard output failed.")]
+    Nodelay(NodelayArgs),
     /// The whole method against a URL: RTT, alone vs under load, quick-ACK A/B, capture, server process, verdict.
     #[command(after_help = "Step 4 (capture) needs CAP_NET_RAW and step 5 (server process) needs the server on this \
 host and ptrace permission over it; without them the verdict comes from steps 1-3 and NOT CHECKED says what is \
 missing. Step 5 also traces the server's reads and writes with ptrace for 0.5 s of the load (as `inspect --trace`), \
 which slows the requests it serves meanwhile.
+
+--try-nodelay (after the verdict, for a server on this host found in step 5) sets TCP_NODELAY live on the server's \
+listening socket(s) of the port and its established connections (as `tcpdoctor nodelay :PORT on`; the previous \
+values saved first in /run/tcpdoctor), runs the load again with the same parameters, restores every socket (unless \
+--keep) and prints BEFORE / AFTER with the proof in one line. Otherwise one line says why it cannot. If the run is \
+killed, `tcpdoctor nodelay PID restore` puts the values back. The exit code stays the verdict's.
 
 Exit codes: 0 no latency problem found (with --verify/--before: the fix worked); 1 a cause was found (with \
 --verify/--before: not fixed); 2 bad command line: a URL that cannot be used as written (syntax, port 0), \
@@ -208,6 +235,12 @@ struct DiagnoseArgs {
     /// Do not inspect the server process.
     #[arg(long)]
     no_inspect: bool,
+    /// After the verdict, set TCP_NODELAY live on the server's sockets, run the load again, then restore them.
+    #[arg(long, conflicts_with_all = ["verify", "no_inspect"])]
+    try_nodelay: bool,
+    /// With --try-nodelay: leave TCP_NODELAY set (`tcpdoctor nodelay PID restore` puts it back).
+    #[arg(long, requires = "try_nodelay")]
+    keep: bool,
     /// Print the whole record as JSON.
     #[arg(long)]
     json: bool,
@@ -401,6 +434,19 @@ struct InspectArgs {
     json: bool,
 }
 
+#[derive(clap::Args)]
+struct NodelayArgs {
+    /// A process id, or `:PORT` for the process listening on that TCP port.
+    #[arg(value_name = "PID | :PORT", value_parser = parse_target)]
+    target: Target,
+    /// on: set TCP_NODELAY; off: clear it; restore: put back the values saved by on/off.
+    #[arg(value_parser = ["on", "off", "restore"])]
+    action: String,
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 /// `--trace`: more than 0, at most [`inspect::MAX_TRACE`].
 fn parse_trace(s: &str) -> Result<Duration, String> {
     let d = parse_positive_duration(s)?;
@@ -440,22 +486,28 @@ fn inspect_failed(e: InspectError) -> ExitCode {
     fail(code, e)
 }
 
-fn run_inspect(a: InspectArgs) -> ExitCode {
-    let (pid, port) = match a.target {
-        Target::Pid(pid) => (pid, None),
+/// The process a PID or `:PORT` names, and the port.
+fn resolve(t: Target) -> Result<(u32, Option<u16>), ExitCode> {
+    match t {
+        Target::Pid(pid) => Ok((pid, None)),
         Target::Port(port) => match inspect::find_listener(port) {
-            Ok(Some(pid)) => (pid, Some(port)),
-            Ok(None) => {
-                return fail(
-                    exit::INPUT,
-                    format!(
-                        "port {port}: nothing listens on it (checked /proc/net/tcp and tcp6); `ss -ltnp` lists \
+            Ok(Some(pid)) => Ok((pid, Some(port))),
+            Ok(None) => Err(fail(
+                exit::INPUT,
+                format!(
+                    "port {port}: nothing listens on it (checked /proc/net/tcp and tcp6); `ss -ltnp` lists \
 the listening ports and their processes"
-                    ),
-                );
-            }
-            Err(e) => return inspect_failed(e),
+                ),
+            )),
+            Err(e) => Err(inspect_failed(e)),
         },
+    }
+}
+
+fn run_inspect(a: InspectArgs) -> ExitCode {
+    let (pid, port) = match resolve(a.target) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     if a.trace.is_some() {
         // Ctrl-C (or SIGTERM) ends the trace early: detach, then report what was recorded.
@@ -473,6 +525,31 @@ the listening ports and their processes"
         }
         Err(e) => inspect_failed(e),
     }
+}
+
+fn run_nodelay(a: NodelayArgs) -> ExitCode {
+    use tcpdoctor::nodelay::{self, NodelayError as E};
+    let (pid, port) = match resolve(a.target) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let r = match a.action.as_str() {
+        "restore" => nodelay::restore(pid),
+        on => nodelay::switch(pid, port, on == "on"),
+    };
+    match r {
+        Ok(r) if a.json => print_json(&r),
+        Ok(r) => print(&report::nodelay::render(&r)),
+        Err(e) => {
+            let code = match e {
+                E::NoProcess { .. } | E::Gone { .. } | E::NoSockets { .. } | E::NoState { .. } => exit::INPUT,
+                E::Permission { .. } | E::Traced { .. } | E::Unsupported { .. } | E::Io { .. } => exit::NET,
+                E::State(_) => exit::OUTPUT,
+            };
+            return fail(code, e);
+        }
+    }
+    ExitCode::from(exit::OK)
 }
 
 /// `-c`, `-t`: a whole number, 1 or more.
@@ -982,7 +1059,12 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
         Ok(h) => h,
         Err(code) => return code,
     };
-    tcpdoctor::interrupt::catch();
+    if a.try_nodelay {
+        // SIGTERM and SIGHUP too: the server's sockets are put back however the run is asked to end.
+        tcpdoctor::interrupt::catch_all();
+    } else {
+        tcpdoctor::interrupt::catch();
+    }
     let o = match a.tls.trust() {
         Ok(t) => diagnose_options(&a, t),
         Err(code) => return code,
@@ -1020,13 +1102,25 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
     if !json {
         print(&format!("tcpdoctor diagnose {}\n", a.url));
     }
-    match (diagnose::run(&o, &mut say, &mut progress), before) {
+    let run = diagnose::run(&o, &mut say, &mut progress).map(|mut r| {
+        if !json {
+            print(&report::diagnose::render_verdict(&r));
+        }
+        if a.try_nodelay {
+            let t = diagnose::try_nodelay::run(&o, &r, a.keep, &mut say, &mut progress);
+            if !json {
+                print(&report::nodelay::render_try(&t));
+            }
+            r.try_nodelay = Some(t);
+        }
+        r
+    });
+    match (run, before) {
         (Ok(r), Some(before)) => {
             let c = report::diagnose::Comparison::new(before, report::diagnose::Summary::of(&r));
             if json {
                 print_json(&serde_json::json!({ "report": r, "comparison": c }));
             } else {
-                print(&report::diagnose::render_verdict(&r));
                 print(&report::diagnose::render_comparison(&c));
             }
             write_html(html, || report::html::diagnose(&r, Some(&c)), if c.fixed { exit::OK } else { exit::NO_REPLY })
@@ -1034,8 +1128,6 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
         (Ok(r), None) => {
             if json {
                 print_json(&r);
-            } else {
-                print(&report::diagnose::render_verdict(&r));
             }
             let code = match r.verdict.cause {
                 "none" => exit::OK,
@@ -1330,6 +1422,7 @@ fn run(cli: Cli) -> ExitCode {
         Cmd::Probe(a) => run_probe(a),
         Cmd::Trace(a) => run_trace(a),
         Cmd::Inspect(a) => run_inspect(a),
+        Cmd::Nodelay(a) => run_nodelay(a),
         Cmd::Capture(a) => run_capture(a),
         Cmd::Diagnose(a) => run_diagnose(a),
         Cmd::Lab(a) => run_lab(a),

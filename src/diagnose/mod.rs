@@ -11,6 +11,7 @@ pub mod conclude;
 pub mod fix;
 mod local;
 mod no_answer;
+pub mod try_nodelay;
 
 use crate::measure::bench::{self, http::Request};
 use crate::measure::probe;
@@ -178,6 +179,7 @@ pub fn run(
         server_header: alone.server_header.clone(),
         verdict: Default::default(),
         missing: Vec::new(),
+        try_nodelay: None,
     };
     if alone.step.requests > 0 {
         let (load, capture, server) = load_step(o, addr, local, say, progress, &mut missing)?;

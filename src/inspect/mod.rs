@@ -16,7 +16,7 @@ pub(crate) mod host;
 mod nginx;
 pub(crate) mod procfs;
 mod run_as;
-mod sockopt;
+pub(crate) mod sockopt;
 mod software;
 mod trace;
 
@@ -116,7 +116,7 @@ stop that one first, or inspect without --trace"
 impl std::error::Error for InspectError {}
 
 /// How to get ptrace permission over `pid` on this host.
-fn ptrace_hint(pid: Option<u32>) -> String {
+pub(crate) fn ptrace_hint(pid: Option<u32>) -> String {
     let mut h = match pid.and_then(|p| procfs::status_field(p, "Uid").ok().flatten()) {
         Some(uid) => format!("run tcpdoctor as its user (uid {uid}) or as root, or give it CAP_SYS_PTRACE"),
         None => "run tcpdoctor as the process's user or as root, or give it CAP_SYS_PTRACE".into(),

@@ -151,6 +151,16 @@ pub(crate) fn ppid(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// When the process started, in clock ticks after boot (field 22 of
+/// /proc/PID/stat): with the pid, it names one process, never a later one
+/// that reuses the pid.
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Fields after the name start at 3 (state).
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
 /// Short name (`comm`).
 pub(crate) fn comm(pid: u32) -> String {
     fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default()
@@ -230,6 +240,12 @@ mod tests {
         assert_eq!(h, vec![me]);
         assert_eq!(status_field(me, "Tgid").unwrap(), Some(me));
         assert!(ppid(me).is_some());
+        // Our start time: after boot, and before now.
+        let ticks = start_time(me).expect("start time") as f64;
+        let up: f64 = fs::read_to_string("/proc/uptime").unwrap().split_whitespace().next().unwrap().parse().unwrap();
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        assert!(ticks > 0.0 && ticks / hz <= up + 1.0, "{ticks} ticks, up {up} s");
         assert!(!comm(me).is_empty() && !cmdline(me).is_empty() && exe(me).is_some());
     }
 }

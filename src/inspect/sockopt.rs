@@ -1,7 +1,8 @@
-//! Socket options of another process's sockets, read on a duplicate:
+//! Socket options of another process's sockets, on a duplicate:
 //! `pidfd_open` + `pidfd_getfd` (Linux ≥ 5.6, ptrace permission), then
-//! `getsockopt`. The duplicate is closed at once and no option is ever set,
-//! so the target is not disturbed.
+//! `getsockopt`. The duplicate shares the socket: `inspect` only reads and
+//! closes it at once, so the target is not disturbed; `nodelay` sets
+//! TCP_NODELAY through it ([`set_nodelay`]), which changes the target's socket.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -35,10 +36,10 @@ impl Pidfd {
         fd_result(r).map(Pidfd)
     }
 
-    /// Reads the options of the process's descriptor `fd`, which must still
-    /// be socket `inode` (EBADF otherwise: it was closed or reused meanwhile).
+    /// A duplicate of the process's descriptor `fd`, which must still be
+    /// socket `inode` (EBADF otherwise: it was closed or reused meanwhile).
     /// EPERM means no ptrace permission; ESRCH that the process exited.
-    pub fn sockopts(&self, fd: i32, inode: u64) -> io::Result<Opts> {
+    pub fn getfd(&self, fd: i32, inode: u64) -> io::Result<OwnedFd> {
         // SAFETY: pidfd_getfd takes a pidfd, a descriptor number of that process
         // and flags (0); it returns a new descriptor in this process or -1.
         let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, self.0.as_raw_fd(), fd, 0 as libc::c_uint) };
@@ -46,6 +47,12 @@ impl Pidfd {
         if ino(&dup)? != inode {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
+        Ok(dup)
+    }
+
+    /// Reads the options of the process's descriptor `fd` (see [`Pidfd::getfd`]).
+    pub fn sockopts(&self, fd: i32, inode: u64) -> io::Result<Opts> {
+        let dup = self.getfd(fd, inode)?;
         Ok(Opts {
             nodelay: get_int(&dup, libc::TCP_NODELAY)? != 0,
             cork: get_int(&dup, libc::TCP_CORK)? != 0,
@@ -71,6 +78,22 @@ fn ino(fd: &OwnedFd) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(st.st_ino)
+}
+
+/// TCP_NODELAY of a socket.
+pub(crate) fn nodelay(fd: &OwnedFd) -> io::Result<bool> {
+    Ok(get_int(fd, libc::TCP_NODELAY)? != 0)
+}
+
+/// Sets TCP_NODELAY. On a duplicate from [`Pidfd::getfd`] this changes the
+/// other process's socket: the duplicate is the same socket.
+pub(crate) fn set_nodelay(fd: &OwnedFd, on: bool) -> io::Result<()> {
+    let v = libc::c_int::from(on);
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v is a live int and len its size.
+    let r =
+        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&raw const v).cast(), len) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 fn get_int(fd: &OwnedFd, name: libc::c_int) -> io::Result<libc::c_int> {
@@ -102,5 +125,29 @@ mod tests {
         let e = me.sockopts(s.as_raw_fd(), inode + 1).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EBADF));
         assert!(!me.exited());
+    }
+
+    #[test]
+    fn a_duplicate_sets_the_option_on_the_shared_socket() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let inode = std::fs::metadata(format!("/proc/self/fd/{}", s.as_raw_fd())).unwrap().ino();
+        let dup = Pidfd::open(std::process::id()).unwrap().getfd(s.as_raw_fd(), inode).unwrap();
+        set_nodelay(&dup, true).unwrap();
+        drop(dup);
+        // Seen on the original descriptor: one socket, two descriptors.
+        assert!(s.nodelay().unwrap());
+        // A listening socket's value is what its accepted sockets start with.
+        let linode = std::fs::metadata(format!("/proc/self/fd/{}", l.as_raw_fd())).unwrap().ino();
+        let ldup = Pidfd::open(std::process::id()).unwrap().getfd(l.as_raw_fd(), linode).unwrap();
+        assert!(!nodelay(&ldup).unwrap());
+        set_nodelay(&ldup, true).unwrap();
+        // The first connection waited in the accept queue from before the change:
+        // its socket was made then, with the old value.
+        let (queued, _) = l.accept().unwrap();
+        assert!(!queued.nodelay().unwrap());
+        let _c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (accepted, _) = l.accept().unwrap();
+        assert!(accepted.nodelay().unwrap(), "accepted sockets inherit TCP_NODELAY from the listener");
     }
 }

@@ -40,6 +40,9 @@ pub struct DiagnoseReport {
     pub verdict: Verdict,
     /// Steps skipped or failed, and why (missing evidence).
     pub missing: Vec<String>,
+    /// `--try-nodelay`: the fix tried live on the server (absent without the option).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub try_nodelay: Option<super::nodelay::TryNodelay>,
 }
 
 /// TCP round trip to the port (probe).

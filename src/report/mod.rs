@@ -8,6 +8,7 @@ pub mod escape;
 pub mod html;
 pub mod inspect;
 mod ladder;
+pub mod nodelay;
 pub mod probe;
 pub mod progress;
 pub mod style;

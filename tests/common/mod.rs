@@ -337,6 +337,45 @@ pub fn jdk(dir: &Path, port: u16, flag: bool) -> Proc {
     p
 }
 
+/// Debian's nginx (master + worker) serving a small page, config from
+/// tests/data/lab/nginx.conf.template with `tcp_nodelay` on or off; `off` is
+/// set in the server block, where `inspect PID` (no port given) must find it too.
+pub fn nginx(dir: &Path, port: u16, nodelay: bool) -> Proc {
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    std::fs::write(dir.join("www/index.html"), format!("<html>{}</html>\n", "tcpdoctor inspect test. ".repeat(24)))
+        .unwrap();
+    let d = dir.display().to_string();
+    let mut conf = std::fs::read_to_string(data("lab/nginx.conf.template"))
+        .unwrap()
+        .replace("@PREFIX@", &d)
+        .replace("@ROOT@", &format!("{d}/www"))
+        .replace("@PORT@", &port.to_string())
+        .replace("@NODELAY@", if nodelay { "on" } else { "off" });
+    if !nodelay {
+        conf = conf
+            .replace("    tcp_nodelay off;\n", "")
+            .replace("    server {\n", "    server {\n        tcp_nodelay off;\n");
+        assert!(conf.contains("server {\n        tcp_nodelay off;\n"), "{conf}");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc_geteuid() } != 0 {
+        conf = conf.replace("user root;", "");
+    }
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let bin = if Path::new("/usr/sbin/nginx").exists() { "/usr/sbin/nginx" } else { "nginx" };
+    let mut c = Command::new(bin);
+    c.arg("-p").arg(dir).arg("-c").arg(dir.join("nginx.conf")).arg("-e").arg(dir.join("error.log"));
+    serving(c, port)
+}
+
+/// Starts the server `cmd` (its output dropped) and waits until it listens on `port`.
+pub fn serving(mut cmd: Command, port: u16) -> Proc {
+    let c = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawns");
+    let mut p = Proc(c);
+    wait_listening(port, &mut p);
+    p
+}
+
 /// `tcpdoctor lab --json -d 300s ARGS…`: the process and the servers it printed, by name → URL.
 pub fn lab(args: &[&str]) -> (Proc, Vec<(String, String)>) {
     let (p, rows) = lab_rows(args);
@@ -349,7 +388,15 @@ pub fn lab(args: &[&str]) -> (Proc, Vec<(String, String)>) {
 
 /// `tcpdoctor lab --json -d 300s ARGS…`: the process and the rows it printed, whole.
 pub fn lab_rows(args: &[&str]) -> (Proc, Vec<Value>) {
-    let mut c = tcpdoctor().args(["lab", "--json", "-d", "300s"]).args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let mut c = tcpdoctor();
+    c.args(["lab", "--json", "-d", "300s"]).args(args);
+    lab_rows_of(c)
+}
+
+/// `cmd` (a `tcpdoctor lab --json` command line, perhaps behind `setpriv`): the
+/// process and the rows it printed, whole.
+pub fn lab_rows_of(mut cmd: Command) -> (Proc, Vec<Value>) {
+    let mut c = cmd.stdout(Stdio::piped()).spawn().unwrap();
     let out = c.stdout.take().unwrap();
     let p = Proc(c);
     let mut text = String::new();

@@ -5,6 +5,7 @@
 
 mod chart;
 mod ladder;
+mod try_nodelay;
 
 use super::bench::BenchReport;
 use super::diagnose::{Comparison, DiagnoseReport, LoadStep};
@@ -388,6 +389,7 @@ pub fn diagnose(r: &DiagnoseReport, cmp: Option<&Comparison>) -> String {
                 @if !v.evidence.is_empty() { h3 { "Evidence" } ul { @for e in &v.evidence { li { (rich(e)) } } } }
                 @if !r.missing.is_empty() { h3 { "Not checked" } ul { @for m in &r.missing { li { (m) } } } }
             }
+            @if let Some(t) = &r.try_nodelay { (try_nodelay::section(t)) }
             section #steps {
                 h2 { "Measurements" }
                 @if let Some(t) = &r.rtt {
