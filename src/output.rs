@@ -101,8 +101,18 @@ impl OutputFile {
     /// Flushes, gives the file the mode a plain create would (0666 less the
     /// umask; the temporary file is 0600), and renames it over the target.
     pub fn commit(self) -> io::Result<()> {
+        self.commit_mode(0o666 & !umask())
+    }
+
+    /// As [`OutputFile::commit`], keeping the file 0600: for files only their
+    /// owner should read (state saved about another process).
+    pub fn commit_private(self) -> io::Result<()> {
+        self.commit_mode(0o600)
+    }
+
+    fn commit_mode(self, mode: u32) -> io::Result<()> {
         let tmp = self.tmp.into_inner().map_err(|e| e.into_error())?;
-        tmp.as_file().set_permissions(Permissions::from_mode(0o666 & !umask()))?;
+        tmp.as_file().set_permissions(Permissions::from_mode(mode))?;
         tmp.persist(&self.path).map(drop).map_err(|e| e.error)
     }
 }

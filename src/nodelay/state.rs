@@ -188,7 +188,7 @@ set it to a directory only you can enter (root uses /run/tcpdoctor)"
         let mut f = OutputFile::create(&self.via(&Dir::name(s.pid, s.start_time))).map_err(fail)?;
         let text = serde_json::to_vec_pretty(s).map_err(|e| fail(std::io::Error::other(e)))?;
         f.write_all(&text).map_err(fail)?;
-        f.commit().map_err(fail)?;
+        f.commit_private().map_err(fail)?;
         Ok(shown)
     }
 
@@ -263,6 +263,7 @@ mod tests {
         let _l = d.lock().unwrap();
         let shown = d.save(&saved(7, 11)).unwrap();
         assert_eq!(shown, path.join("7-11.json"));
+        assert_eq!(fs::metadata(&shown).unwrap().mode() & 0o777, 0o600, "only its owner reads it");
         let back = d.load(7, 11).unwrap().unwrap();
         assert_eq!((back.sockets[0].inode, back.sockets[0].set), (99, true));
         // Only the file: no temporary one left beside it.
