@@ -345,6 +345,7 @@ mod tests {
                 ack_seen_ns: timer + path,
                 stall_ns: timer + path,
                 timer: false,
+                tls: Default::default(),
             };
             a.add([10, 0, 0, 2].into(), &s);
         }
@@ -365,6 +366,7 @@ mod tests {
             ack_seen_ns: 1,
             stall_ns: 1,
             timer: false,
+            tls: Default::default(),
         };
         a.add([10, 0, 0, 2].into(), &s);
         assert_eq!(nagle_finding(ep, &a, 6, None).nagle_side.role, "server");
@@ -388,6 +390,7 @@ mod tests {
                 ack_seen_ns: 40_000_000,
                 stall_ns: 40_000_000,
                 timer: false,
+                tls: Default::default(),
             };
             m.nagle.entry(server).or_default().add([127, 0, 0, 2].into(), &st);
         }
@@ -418,6 +421,7 @@ mod tests {
                 ack_seen_ns: if timer { 0 } else { 44_000_000 },
                 stall_ns: if timer { 232_000_000 } else { 44_000_000 },
                 timer,
+                tls: Default::default(),
             };
             a.add([127, 0, 0, 2].into(), &st);
         }
