@@ -268,9 +268,9 @@ impl Detectors {
         s.app > 0
     }
 
-    /// The ClientHello's server name (SNI), once read; taken.
-    pub fn take_server_name(&mut self) -> Option<Box<str>> {
-        self.tls.as_mut().and_then(|t| t.sni.take())
+    /// The ClientHello's server name (SNI), once read.
+    pub fn server_name(&self) -> Option<&str> {
+        self.tls.as_ref().and_then(|t| t.sni.as_deref())
     }
 
     /// Frames of segments now known to carry only session tickets, once.

@@ -66,23 +66,32 @@ pub struct Record {
 }
 
 impl Record {
-    /// "TLS handshake (ClientHello) 517 B", "TLS application data 133 B".
-    pub fn label(&self) -> String {
-        let kind = match self.ctype {
+    /// The content type's name.
+    pub fn type_name(&self) -> &'static str {
+        match self.ctype {
             wire::CHANGE_CIPHER_SPEC => "change_cipher_spec",
             wire::ALERT => "alert",
             wire::HANDSHAKE => "handshake",
             _ => "application data",
-        };
-        let what = match self.what {
-            What::Message(t) => wire::handshake_name(t).map_or_else(|| format!(" (type {t})"), |n| format!(" ({n})")),
-            What::Encrypted => " (encrypted handshake)".into(),
-            What::Finished => " (Finished)".into(),
-            What::Ticket => " (session ticket)".into(),
-            What::Plain | What::MaybeTicket => String::new(),
-        };
+        }
+    }
+
+    /// What it carries, when more is known than its type.
+    pub fn message(&self) -> Option<String> {
+        match self.what {
+            What::Message(t) => Some(wire::handshake_name(t).map_or_else(|| format!("type {t}"), str::to_string)),
+            What::Encrypted => Some("encrypted handshake".into()),
+            What::Finished => Some("Finished".into()),
+            What::Ticket => Some("session ticket".into()),
+            What::Plain | What::MaybeTicket => None,
+        }
+    }
+
+    /// "TLS handshake (ClientHello) 517 B", "TLS application data 133 B".
+    pub fn label(&self) -> String {
+        let what = self.message().map(|m| format!(" ({m})")).unwrap_or_default();
         let cont = if self.cont { ", continued" } else { "" };
-        format!("TLS {kind}{what} {} B{cont}", self.len)
+        format!("TLS {}{what} {} B{cont}", self.type_name(), self.len)
     }
 }
 
@@ -110,6 +119,13 @@ impl TlsSegment {
     /// The records listed.
     pub fn records(&self) -> &[Record] {
         &self.records[..usize::from(self.n)]
+    }
+
+    /// Its maybe-tickets were confirmed to be session tickets.
+    pub fn confirm_tickets(&mut self) {
+        for r in self.records.iter_mut().filter(|r| r.what == What::MaybeTicket) {
+            r.what = What::Ticket;
+        }
     }
 
     fn push(&mut self, r: Record) {
