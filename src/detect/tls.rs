@@ -19,6 +19,8 @@
 //!   [`TICKET_MAX`] bytes, have the same length (a server writes its tickets
 //!   alike; OpenSSL sends two). The first of them counts as response until
 //!   the second confirms it; a lone ticket stays counted as response.
+//! - a TLS 1.3 application-data record of an encrypted alert's length (19
+//!   bytes: a close_notify) after the handshake is taken for one;
 //! - bytes whose record header the snap length cut (or after a gap) are
 //!   application data once that side's handshake is over, else handshake.
 
@@ -29,7 +31,9 @@ pub const HELLO_MAX: usize = 4096;
 /// Longest record taken for a session ticket.
 pub const TICKET_MAX: u32 = 2048;
 /// Records listed per segment; more are counted.
-pub const ROW_RECORDS: usize = 4;
+pub const ROW_RECORDS: usize = 6;
+/// Body length of a TLS 1.3 encrypted alert: 2 bytes, the inner type, a 16-byte tag.
+const ALERT_LEN: u16 = 2 + 1 + 16;
 /// TLS 1.3 encrypted client handshake records (a client certificate…) before
 /// its Finished is assumed, if none has a Finished's length.
 const CLIENT_FLIGHT_MAX: u8 = 4;
@@ -50,6 +54,8 @@ pub enum What {
     Ticket,
     /// Maybe a session ticket, not yet confirmed (counted as application data).
     MaybeTicket,
+    /// A TLS 1.3 encrypted alert (close_notify), known by its length.
+    Alert,
 }
 
 /// One record, or the part of it in a segment.
@@ -83,6 +89,7 @@ impl Record {
             What::Encrypted => Some("encrypted handshake".into()),
             What::Finished => Some("Finished".into()),
             What::Ticket => Some("session ticket".into()),
+            What::Alert => Some("encrypted alert".into()),
             What::Plain | What::MaybeTicket => None,
         }
     }
@@ -431,6 +438,9 @@ impl Tls {
                     d.flight += 1;
                     (What::Encrypted, false)
                 }
+            }
+            (_, wire::APPLICATION_DATA) if self.tls13 && self.client_done_at.is_some() && h.len() == ALERT_LEN => {
+                (What::Alert, false)
             }
             (1, wire::APPLICATION_DATA) if self.tls13 => match self.client_done_at {
                 None => (What::Encrypted, false),
