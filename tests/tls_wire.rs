@@ -41,7 +41,10 @@ fn tls_two_records_counts_the_requests_not_the_handshake() {
     assert_eq!((f["tls_records"].as_u64(), f["tls_ticket"].as_u64()), (Some(29), Some(1)), "{f}");
     let s = f["summary"].as_str().unwrap();
     assert!(s.starts_with("Nagle + delayed ACK: 30 of 30 responses from 198.18.0.2:8443 (server)"), "{s}");
-    assert!(s.contains("the header and body went out as two TLS records, the second held by Nagle until the ACK"), "{s}");
+    assert!(
+        s.contains("the header and body went out as two TLS records, the second held by Nagle until the ACK"),
+        "{s}"
+    );
     assert!(s.contains("1 response waited behind the server's TLS session ticket"), "{s}");
     let b = &j["breakdown"][0];
     assert_eq!(b["exchanges"], 30);
@@ -110,7 +113,10 @@ fn resumed_sessions_count_exchanges_and_name_the_server() {
     assert_eq!(label_of(&l, 46), "TLS application data (session ticket) 255 B");
     assert_eq!(label_of(&l, 73), "TLS application data (encrypted alert) 24 B");
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.contains("TLS handshake (ClientHello) 242 B") && page.contains("tls.test"), "HTML names records and server");
+    assert!(
+        page.contains("TLS handshake (ClientHello) 242 B") && page.contains("tls.test"),
+        "HTML names records and server"
+    );
 }
 
 /// A server name is network text: control characters are shown escaped, never sent to the terminal.

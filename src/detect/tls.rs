@@ -254,7 +254,15 @@ impl Tls {
     /// Reads one new data segment of `side` (0 client, 1 server): `seq`
     /// relative, `len` on the wire, `payload` as captured, `ack` the
     /// segment's relative acknowledgement of the other side's bytes.
-    pub fn segment(&mut self, side: usize, frame: u64, seq: i64, len: u32, payload: &[u8], ack: Option<i64>) -> TlsSegment {
+    pub fn segment(
+        &mut self,
+        side: usize,
+        frame: u64,
+        seq: i64,
+        len: u32,
+        payload: &[u8],
+        ack: Option<i64>,
+    ) -> TlsSegment {
         let mut d = std::mem::take(&mut self.dir[side]);
         let mut out = TlsSegment::default();
         if seq != d.next {

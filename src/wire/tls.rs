@@ -107,7 +107,11 @@ impl<'a> Cursor<'a> {
 /// The extensions block of a hello body (`hello` starts at the handshake
 /// message header), as far as captured, after skipping `skip` fixed bytes and
 /// the variable fields read by `fields`.
-fn hello_extensions<'a>(hello: &'a [u8], kind: u8, fields: impl FnOnce(&mut Cursor<'a>) -> Option<()>) -> Option<Cursor<'a>> {
+fn hello_extensions<'a>(
+    hello: &'a [u8],
+    kind: u8,
+    fields: impl FnOnce(&mut Cursor<'a>) -> Option<()>,
+) -> Option<Cursor<'a>> {
     let mut c = Cursor(hello);
     if c.u8()? != kind {
         return None;
@@ -156,7 +160,8 @@ pub fn server_hello(hello: &[u8]) -> Option<ServerHello> {
     });
     let Some(ext) = ext else {
         // Cut before its extensions: a TLS 1.3 suite still says TLS 1.3.
-        return (suite != 0).then(|| ServerHello { version: if suite >> 8 == 0x13 { 0x0304 } else { legacy }, suite });
+        return (suite != 0)
+            .then_some(ServerHello { version: if suite >> 8 == 0x13 { 0x0304 } else { legacy }, suite });
     };
     let chosen = ext.extensions().find(|(t, _)| *t == 43).and_then(|(_, b)| Cursor(b).u16());
     let version = chosen.unwrap_or(if suite >> 8 == 0x13 { 0x0304 } else { legacy });
