@@ -25,13 +25,14 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
     for (ep, a) in nagle {
         let server = m.servers.get(ep);
         let software = server.and_then(|s| s.software.clone());
+        let name = server.and_then(ServerAgg::name);
         // A server's responses are all its exchanges, stalled connections or not;
         // a client endpoint is one connection, whose exchanges `a` already counts.
         let exchanges = match a.side {
             Some(Side::Server) => server.map_or(a.exchanges, |s| s.exchanges),
             _ => a.exchanges,
         };
-        findings.push(Finding::NagleDelayedAck(nagle_finding(*ep, a, exchanges, software)));
+        findings.push(Finding::NagleDelayedAck(nagle_finding(*ep, a, exchanges, software, name)));
     }
     let mut keys: Vec<_> = m.retrans.keys().copied().collect();
     keys.sort();
@@ -131,7 +132,13 @@ fn nagle_fixes(ep: Endpoint, side: Side, peer: &str, software: Option<&str>) -> 
     ]
 }
 
-fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<String>) -> NagleFinding {
+fn nagle_finding(
+    ep: Endpoint,
+    a: &NagleAgg,
+    exchanges: u64,
+    software: Option<String>,
+    name: Option<String>,
+) -> NagleFinding {
     let side = a.side.unwrap_or(Side::Server);
     let peer = a.peer.map(|p| p.to_string()).unwrap_or_default();
     let stall = a.stalls.spread();
@@ -140,6 +147,10 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<St
     let (rtt_c, rtt_s) = (a.rtt_to(Side::Client), a.rtt_to(Side::Server));
     let what = if side == Side::Server { "responses" } else { "requests" };
     let sw = software.as_deref().map(|s| format!(", \"{}\"", crate::report::escape::clean(s))).unwrap_or_default();
+    let sw = match &name {
+        Some(n) => format!(", TLS name {}{sw}", crate::report::escape::clean(n)),
+        None => sw,
+    };
     // A stall in a request whose response never came is not a finished exchange.
     let exchanges = exchanges.max(a.stalls.count() + a.with_loss.count());
     let lost_ns = a.lost_ns.saturating_add(a.with_loss_ns);
@@ -168,6 +179,7 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<St
         (_, n) => summary += &format!("; {}", lossy_part(n, "more ")),
     }
     summary += &format!("; {} lost in total.", dur(lost_ns));
+    summary += &tls_part(a, what);
     NagleFinding {
         summary,
         nagle_side: EndpointRole { endpoint: ep.to_string(), role: side.name() },
@@ -190,7 +202,30 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<St
         with_loss_frames: a.with_loss_examples.clone(),
         fix: nagle_fixes(ep, side, &peer, software.as_deref()),
         server_software: software,
+        server_name: name,
+        tls_records: a.tls_records,
+        tls_ticket: a.tls_ticket,
     }
+}
+
+/// The holds in TLS terms: " Over TLS: in 29 of them the header and body went out as two TLS records…".
+fn tls_part(a: &NagleAgg, what: &str) -> String {
+    let mut parts = Vec::new();
+    if a.tls_records > 0 {
+        let parts_of = if what == "responses" { "the header and body" } else { "its parts" };
+        parts.push(format!(
+            "in {} {parts_of} went out as two TLS records, the second held by Nagle until the ACK",
+            if a.tls_records == a.stalls.count() { "each".to_string() } else { format!("{} of them", a.tls_records) }
+        ));
+    }
+    if a.tls_ticket > 0 {
+        parts.push(format!(
+            "{} waited behind the server's TLS session ticket, sent just before {} and held the same way",
+            plural(a.tls_ticket, what.trim_end_matches('s')),
+            if a.tls_ticket == 1 { "it" } else { "them" }
+        ));
+    }
+    if parts.is_empty() { String::new() } else { format!(" Over TLS: {}.", parts.join("; ")) }
 }
 
 fn retrans_finding(server: Endpoint, from: Side, a: &CountAgg) -> RetransFinding {
@@ -326,6 +361,7 @@ fn breakdown_of(server: Endpoint, s: &ServerAgg, upstream_ns: i64) -> Breakdown 
     Breakdown {
         server: server.to_string(),
         server_software: s.software.clone(),
+        server_name: s.name(),
         exchanges: s.exchanges,
         total_ms: ms(s.sum_total / n),
         total_spread_ms: s.total.spread(),
@@ -365,13 +401,14 @@ mod tests {
                 ack_seen_ns: timer + path,
                 stall_ns: timer + path,
                 timer: false,
+                tls: Default::default(),
             };
             a.add([10, 0, 0, 2].into(), &s);
         }
         a.add_rtt([Some(path), Some(30_000)], 3);
         a.add_rtt([Some(path), None], 2);
         let ep = Endpoint { ip: [10, 0, 0, 1].into(), port: 61000 };
-        let f = nagle_finding(ep, &a, 5, None);
+        let f = nagle_finding(ep, &a, 5, None, None);
         assert!(f.ack_timer.starts_with("Linux"), "{}", f.ack_timer);
         assert!((42.0..42.5).contains(&f.ack_delay_ms.p50) && (122.0..122.5).contains(&f.ack_seen_ms.p50), "{f:?}");
         assert_eq!((f.capture_point, f.rtt_to_client_ms, f.rtt_to_server_ms), ("near_server", Some(80.0), Some(0.03)));
@@ -385,9 +422,10 @@ mod tests {
             ack_seen_ns: 1,
             stall_ns: 1,
             timer: false,
+            tls: Default::default(),
         };
         a.add([10, 0, 0, 2].into(), &s);
-        assert_eq!(nagle_finding(ep, &a, 6, None).nagle_side.role, "server");
+        assert_eq!(nagle_finding(ep, &a, 6, None, None).nagle_side.role, "server");
     }
 
     fn app_summary(with_nagle: bool) -> String {
@@ -408,6 +446,7 @@ mod tests {
                 ack_seen_ns: 40_000_000,
                 stall_ns: 40_000_000,
                 timer: false,
+                tls: Default::default(),
             };
             m.nagle.entry(server).or_default().add([127, 0, 0, 2].into(), &st);
         }
@@ -438,6 +477,7 @@ mod tests {
                 ack_seen_ns: if timer { 0 } else { 44_000_000 },
                 stall_ns: if timer { 232_000_000 } else { 44_000_000 },
                 timer,
+                tls: Default::default(),
             };
             a.add([127, 0, 0, 2].into(), &st);
         }

@@ -3,6 +3,7 @@
 
 use super::collect::{RTO_NS, SLOW_THINK_NS};
 use super::upstream::{UpstreamWait, Windows};
+use crate::detect::tls::TlsHold;
 use crate::detect::{Exchange, Stall, Times};
 use crate::dist::Dist;
 use crate::report::{self, Ladder};
@@ -92,6 +93,9 @@ pub(crate) struct NagleAgg {
     pub(crate) with_loss: Dist,
     pub(crate) with_loss_ns: i64,
     pub(crate) with_loss_examples: Vec<u64>,
+    /// Plain stalls over TLS: between two records, and behind a session ticket.
+    pub(crate) tls_records: u64,
+    pub(crate) tls_ticket: u64,
 }
 
 #[derive(Default)]
@@ -119,6 +123,29 @@ pub(crate) struct ServerAgg {
     pub(crate) software: Option<String>,
     /// Slow windows and exchange spans for the upstream test (this file only).
     pub(crate) windows: Windows,
+    /// TLS server names (SNI) its clients asked for, the first few.
+    pub(crate) names: Vec<Box<str>>,
+    pub(crate) more_names: bool,
+}
+
+/// Server names kept per server.
+const NAMES: usize = 4;
+
+impl ServerAgg {
+    /// Adds a server name (SNI) a client asked for.
+    pub(crate) fn add_name(&mut self, name: Box<str>) {
+        if self.names.len() < NAMES && !self.names.contains(&name) {
+            self.names.push(name);
+        } else if !self.names.contains(&name) {
+            self.more_names = true;
+        }
+    }
+
+    /// Its server names, for output: "a.test, b.test, …".
+    pub(crate) fn name(&self) -> Option<String> {
+        let more = if self.more_names { ", …" } else { "" };
+        (!self.names.is_empty()).then(|| format!("{}{more}", self.names.join(", ")))
+    }
 }
 
 #[derive(Default)]
@@ -185,6 +212,11 @@ impl NagleAgg {
             return;
         }
         self.stalls.record(s.stall_ns);
+        match s.tls {
+            TlsHold::Records => self.tls_records += 1,
+            TlsHold::Ticket => self.tls_ticket += 1,
+            TlsHold::None => {}
+        }
         self.acks.record(s.ack_delay_ns);
         self.seen.record(s.ack_seen_ns);
         self.lost_ns = self.lost_ns.saturating_add(s.stall_ns);
@@ -352,6 +384,8 @@ impl FileResult {
             a.with_loss.merge(&b.with_loss);
             a.with_loss_ns = a.with_loss_ns.saturating_add(b.with_loss_ns);
             merge_examples(&mut a.with_loss_examples, &b.with_loss_examples, 2);
+            a.tls_records += b.tls_records;
+            a.tls_ticket += b.tls_ticket;
         });
         merge_map(&mut self.servers, f.servers, |a, b| {
             a.exchanges += b.exchanges;
@@ -373,6 +407,10 @@ impl FileResult {
             merge_examples(&mut a.slow_examples, &b.slow_examples, 2);
             if a.software.is_none() {
                 a.software = b.software;
+            }
+            a.more_names |= b.more_names;
+            for n in b.names {
+                a.add_name(n);
             }
         });
         for (into, from, per) in

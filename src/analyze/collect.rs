@@ -267,6 +267,7 @@ fn row(ev: &Event, flags: u8) -> Row {
         ack: ev.ack,
         window: ev.window,
         mark: None,
+        tls: None,
     }
 }
 
@@ -287,8 +288,12 @@ impl Sink<ConnState> for Collector<'_> {
             held |= matches!(o, Observation::Stall(s) if !s.timer);
             self.observe(info, st, o);
         });
+        if let Some(frames) = det.take_confirmed_tickets() {
+            confirm_tickets(st, frames);
+        }
         if st.cur.len() < EXCHANGE_ROWS || st.flow.is_some() {
             let mut r = row(ev, seg.flags.0);
+            r.tls = det.tls_segment;
             if held {
                 r.mark = Some(Mark::Held);
             }
@@ -343,6 +348,9 @@ impl Sink<ConnState> for Collector<'_> {
             if server.software.is_none() {
                 server.software = det.server_software.take();
             }
+            if let Some(name) = det.server_name() {
+                server.add_name(name.into());
+            }
             server.rtt.record_n(info.rtt(), u32::try_from(st.exchanges).unwrap_or(u32::MAX));
         }
         for side in [Side::Client, Side::Server] {
@@ -386,6 +394,7 @@ impl Sink<ConnState> for Collector<'_> {
             id,
             client: info.client.to_string(),
             server: info.server.to_string(),
+            server_name: det.server_name().map(str::to_string),
             roles_from: info.roles.name(),
             packets: totals.packets,
             bytes_to_server: totals.bytes[0],
@@ -405,6 +414,15 @@ impl Sink<ConnState> for Collector<'_> {
             sort_conns(&mut self.r.conns);
             self.r.conns_omitted += (self.r.conns.len() - CONN_ROWS_KEEP) as u64;
             self.r.conns.truncate(CONN_ROWS_KEEP);
+        }
+    }
+}
+
+/// Rows of segments now known to carry session tickets say so.
+fn confirm_tickets(st: &mut Acc, [a, b]: [u64; 2]) {
+    for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
+        for t in rows.iter_mut().filter(|r| (a..=b).contains(&r.frame)).filter_map(|r| r.tls.as_mut()) {
+            t.confirm_tickets();
         }
     }
 }

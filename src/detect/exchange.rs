@@ -46,6 +46,9 @@ pub struct Exchanges {
     hi: [i64; 2],
     /// Last new request segment (a re-sent one may have been needless).
     req_new_last: i64,
+    /// The exchange as it was before its response began, in case that
+    /// beginning turns out not to be response (TLS session tickets).
+    before_response: Exchange,
 }
 
 /// Where a gap before a segment that continues a message goes.
@@ -76,10 +79,24 @@ impl Charge {
 impl Exchanges {
     /// Feeds one event, the stall the Nagle detector found on it (if any),
     /// what the loss timer and IP IDs say of it, and the round trips from the
-    /// capture point to [client, server] (ns).
+    /// capture point to [client, server] (ns). `app`: a data segment carries
+    /// application bytes; one that does not (TLS handshake records) is no
+    /// part of a request or response.
     #[inline]
-    pub fn step(&mut self, ev: &Event, stall: Option<&Stall>, release: Release, rtt: [i64; 2]) -> Option<Exchange> {
+    pub fn step(
+        &mut self,
+        ev: &Event,
+        stall: Option<&Stall>,
+        release: Release,
+        rtt: [i64; 2],
+        app: bool,
+    ) -> Option<Exchange> {
         match ev.kind {
+            EventKind::Data { seq, len, class: DataClass::New } if !app => {
+                let hi = &mut self.hi[ev.from.idx()];
+                *hi = (*hi).max(seq + i64::from(len));
+                None
+            }
             EventKind::Data { seq, len, class: DataClass::New } => self.new_data(ev, seq, len, stall, release, rtt),
             EventKind::Ack => {
                 if matches!((self.phase, ev.from), (Phase::Response, Side::Client) | (Phase::Request, Side::Server)) {
@@ -169,6 +186,7 @@ impl Exchanges {
                 None
             }
             (Phase::Request, Side::Server) => {
+                self.before_response = self.x;
                 let x = &mut self.x;
                 if skips && t - self.req_new_last >= LOSS_TIMER_MIN_NS {
                     // The response's first bytes went missing: the wait was for their re-send.
@@ -177,7 +195,8 @@ impl Exchanges {
                 x.resp_first = t;
                 x.resp_last = t;
                 x.resp_bytes = bytes;
-                x.resp_stall = held;
+                // Held behind a small segment sent after the request: that wait is the hold's.
+                x.first_stall = held.min((t - x.req_last).max(0));
                 x.last_frame = ev.frame;
                 self.phase = Phase::Response;
                 self.peer_ack_ts = None;
@@ -198,6 +217,16 @@ impl Exchanges {
             }
             // The server speaks first (a banner): not a request/response exchange.
             (Phase::Idle, Side::Server) => None,
+        }
+    }
+
+    /// What began the response was not response (TLS session tickets): the
+    /// request is under way again, as it was.
+    pub fn unstart_response(&mut self) {
+        if self.phase == Phase::Response {
+            self.x = self.before_response;
+            self.phase = Phase::Request;
+            self.peer_ack_ts = None;
         }
     }
 
@@ -244,7 +273,7 @@ mod tests {
         s.data(42 * MS, Server, 800);
         let mut x = Exchanges::default();
         let mut got: Vec<Exchange> =
-            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US])).collect();
+            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true)).collect();
         got.extend(x.finish());
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].req_bytes, got[0].resp_bytes), (100, 800));
@@ -265,7 +294,7 @@ mod tests {
         s.data(60 * MS, Client, 100);
         let mut x = Exchanges::default();
         let got: Vec<Exchange> =
-            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US])).collect();
+            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true)).collect();
         assert_eq!(got.len(), 1);
         let pause = got[0].resp_pause;
         assert_eq!(pause, (45 * MS - 50 * US) + (50 * MS + 100 * US - 45 * MS));
@@ -277,7 +306,7 @@ mod tests {
         s.data(0, Server, 20);
         s.data(MS, Client, 10);
         let mut x = Exchanges::default();
-        assert!(s.events.iter().all(|e| x.step(e, None, Release::default(), [0, 0]).is_none()));
+        assert!(s.events.iter().all(|e| x.step(e, None, Release::default(), [0, 0], true).is_none()));
         assert!(x.finish().is_none());
     }
 }

@@ -9,6 +9,7 @@ pub mod handshake;
 pub mod http;
 pub mod nagle;
 pub mod timer;
+pub mod tls;
 pub mod window;
 
 use crate::tcp::{ConnInfo, DataClass, Event, EventKind, Side};
@@ -37,6 +38,8 @@ pub struct Stall {
     /// lost, so the sender's loss timer sent it ([`timer`]). `ack_frame` is
     /// then the lost ACK if the capture saw it, else 0 (and its delays 0).
     pub timer: bool,
+    /// How the hold looks over TLS (two records, or behind a session ticket).
+    pub tls: tls::TlsHold,
 }
 
 /// One request/response exchange (client message, then server message).
@@ -58,6 +61,10 @@ pub struct Exchange {
     pub req_stall: i64,
     /// Nagle stall time inside the response (server-held), ns.
     pub resp_stall: i64,
+    /// Request end → first response byte spent on a Nagle hold of that byte
+    /// (behind a small segment of the server's still unacknowledged, such as
+    /// a TLS session ticket), ns.
+    pub first_stall: i64,
     /// Pauses inside the response that neither the network (waiting for an
     /// ACK), a Nagle stall nor a loss explains: the server application writing late, ns.
     pub resp_pause: i64,
@@ -104,14 +111,16 @@ impl Exchange {
     pub fn times(&self, rtt_to_client: i64, rtt_to_server: i64) -> Times {
         let first = (self.resp_first - self.req_last - rtt_to_server).max(0);
         let first_loss = self.first_loss.min(first);
-        let think = first - first_loss + self.resp_pause;
-        let stall = self.req_stall + self.resp_stall;
+        let first_stall = self.first_stall.min(first - first_loss);
+        let think = first - first_loss - first_stall + self.resp_pause;
+        let inner_stall = self.req_stall + self.resp_stall;
         let transfer = ((self.req_last - self.req_first) + (self.resp_last - self.resp_first)
-            - stall
+            - inner_stall
             - self.resp_pause
             - self.req_pause
             - self.loss)
             .max(0);
+        let stall = inner_stall + first_stall;
         let network = rtt_to_client + rtt_to_server;
         let loss = self.loss + first_loss;
         let total = network + think + self.req_pause + transfer + stall + loss;
@@ -183,6 +192,13 @@ pub struct Detectors {
     /// HTTP `Server:` value from the first response, if any.
     pub server_software: Option<String>,
     sniffed: bool,
+    /// TLS state, once a first payload looked like a TLS record (boxed: most
+    /// connections of a cleartext capture never need it).
+    tls: Option<Box<tls::Tls>>,
+    /// Directions whose first payload was looked at for TLS.
+    tls_checked: [bool; 2],
+    /// The TLS records of the last data segment, on a TLS connection.
+    pub tls_segment: Option<tls::TlsSegment>,
 }
 
 impl Detectors {
@@ -198,10 +214,14 @@ impl Detectors {
             self.sniffed = true;
             self.server_software = http::server_header(payload).map(str::to_string);
         }
-        let stall = self.nagle.step(info, ev, || seg.timestamps(), seg.ip_id);
+        let app = self.tls_step(ev, seg);
+        let mut stall = self.nagle.step(info, ev, || seg.timestamps(), seg.ip_id);
         let release = self.nagle.release();
-        if let Some(s) = stall {
-            out(Observation::Stall(s));
+        if let Some(s) = &mut stall {
+            if let Some(t) = &self.tls {
+                s.tls = t.hold(s.nagle.idx(), s.small_frame);
+            }
+            out(Observation::Stall(*s));
         }
         if let EventKind::Data { class: DataClass::New, .. } = ev.kind
             && let Some(o) = self.expect.step(info, ev, payload, !self.exchanges.in_request())
@@ -209,7 +229,7 @@ impl Detectors {
             out(o);
         }
         let rtt = [info.rtt_to(Side::Client), info.rtt_to(Side::Server)];
-        if let Some(x) = self.exchanges.step(ev, stall.as_ref(), release, rtt) {
+        if let Some(x) = self.exchanges.step(ev, stall.as_ref(), release, rtt, app) {
             out(Observation::Exchange(x));
         }
         if let Some(o) = self.handshake.step(ev) {
@@ -218,6 +238,44 @@ impl Detectors {
         if let Some(o) = self.window.step(ev) {
             out(o);
         }
+    }
+
+    /// Reads a new data segment's TLS records, once the connection looks like
+    /// TLS; says whether the segment carries application data (always, when not TLS).
+    #[inline]
+    fn tls_step(&mut self, ev: &Event, seg: &Segment<'_>) -> bool {
+        let EventKind::Data { seq, len, class: DataClass::New } = ev.kind else {
+            self.tls_segment = None;
+            return true;
+        };
+        let side = ev.from.idx();
+        if self.tls.is_none() {
+            if self.tls_checked[side] || seg.payload.is_empty() {
+                return true;
+            }
+            self.tls_checked[side] = true;
+            if crate::wire::tls::RecordHeader::parse(seg.payload).is_none() {
+                return true;
+            }
+            self.tls = Some(Box::default());
+        }
+        let Some(t) = self.tls.as_mut() else { return true };
+        let s = t.segment(side, ev.frame, seq, len, seg.payload, ev.ack);
+        if t.take_unstart() {
+            self.exchanges.unstart_response();
+        }
+        self.tls_segment = Some(s);
+        s.app > 0
+    }
+
+    /// The ClientHello's server name (SNI), once read.
+    pub fn server_name(&self) -> Option<&str> {
+        self.tls.as_ref().and_then(|t| t.sni.as_deref())
+    }
+
+    /// Frames of segments now known to carry only session tickets, once.
+    pub fn take_confirmed_tickets(&mut self) -> Option<[u64; 2]> {
+        self.tls.as_mut().and_then(|t| t.take_confirmed())
     }
 
     /// Flushes what is still open when the connection ends at `last_ts`.

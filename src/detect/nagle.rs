@@ -101,6 +101,7 @@ impl Nagle {
                             ack_seen_ns: l.seen,
                             stall_ns: ev.ts_ns - s.ts,
                             timer: false,
+                            tls: super::tls::TlsHold::None,
                         })
                     }
                     (Some(s), _) if s.end == seq && ev.ts_ns - s.ts >= timer::LOSS_TIMER_MIN_NS => {
@@ -178,6 +179,7 @@ impl Nagle {
             ack_seen_ns: seen,
             stall_ns: ev.ts_ns - s.ts,
             timer: true,
+            tls: super::tls::TlsHold::None,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! A packet ladder (Wireshark's Flow Graph, in text): client on the left,
 //! server on the right, one row per segment.
 
+use crate::detect::tls::TlsSegment;
 use crate::tcp::Side;
 use serde::Serialize;
 
@@ -65,6 +66,33 @@ pub struct Row {
     pub window: u64,
     /// Highlight.
     pub mark: Option<Mark>,
+    /// Its TLS records, on a TLS connection.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "tls_json")]
+    pub tls: Option<TlsSegment>,
+}
+
+fn tls_json<S: serde::Serializer>(t: &Option<TlsSegment>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Rec {
+        content_type: &'static str,
+        message: Option<String>,
+        length: u32,
+        continued: bool,
+    }
+    #[derive(Serialize)]
+    struct Tls {
+        label: String,
+        records: Vec<Rec>,
+        more_records: u16,
+        unread_bytes: u32,
+    }
+    let Some(t) = t else { return s.serialize_none() };
+    let records = t
+        .records()
+        .iter()
+        .map(|r| Rec { content_type: r.type_name(), message: r.message(), length: r.len, continued: r.cont })
+        .collect();
+    Tls { label: t.label(), records, more_records: t.more, unread_bytes: t.unread }.serialize(s)
 }
 
 /// A run of one connection's segments.
@@ -171,7 +199,8 @@ impl Ladder {
                 Some(Mark::Held) => super::style::bad("  << held by Nagle until the ACK"),
                 None => String::new(),
             };
-            let _ = writeln!(out, "{:>8} {:>9.3}  {arrow}{note}", r.frame, r.t_ms);
+            let tls = r.tls.map(|t| format!("  {}", t.label())).unwrap_or_default();
+            let _ = writeln!(out, "{:>8} {:>9.3}  {arrow}{tls}{note}", r.frame, r.t_ms);
         }
         if self.truncated {
             let _ = writeln!(out, "   … more segments not shown (raise --ladder-rows)");
@@ -208,6 +237,7 @@ mod tests {
             ack,
             window: 0,
             mark: None,
+            tls: None,
         };
         let l = Ladder {
             connection: "1".into(),

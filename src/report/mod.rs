@@ -254,6 +254,13 @@ pub struct NagleFinding {
     pub with_loss_frames: Vec<u64>,
     /// HTTP `Server:` header of this endpoint's responses, if captured.
     pub server_software: Option<String>,
+    /// TLS server names (SNI) its clients asked for, if any.
+    pub server_name: Option<String>,
+    /// Of `stalls`, over TLS: the held segment began a record right after the
+    /// small one ended another (the message went out as two records).
+    pub tls_records: u64,
+    /// Of `stalls`, over TLS: a response held behind the server's session ticket.
+    pub tls_ticket: u64,
     /// What to change, most direct first.
     pub fix: Vec<String>,
 }
@@ -435,6 +442,8 @@ pub struct Breakdown {
     pub server: String,
     /// HTTP `Server:` header, if seen.
     pub server_software: Option<String>,
+    /// TLS server names (SNI) its clients asked for, if any.
+    pub server_name: Option<String>,
     /// Exchanges measured.
     pub exchanges: u64,
     /// Client-observed latency: request start → response end, plus the client's side of the path.
@@ -471,6 +480,8 @@ pub struct Connection {
     pub client: String,
     /// Server endpoint.
     pub server: String,
+    /// The TLS server name (SNI) its client asked for, if any.
+    pub server_name: Option<String>,
     /// What told client from server: `handshake`, `content`,
     /// `shared_endpoint`, `ephemeral_port`, or `lower_port` (a guess).
     pub roles_from: &'static str,

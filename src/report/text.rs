@@ -147,7 +147,7 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(
                 o,
                 "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10}{} {:>10} {:>10} {:>10} {:>10}",
-                b.server,
+                named(&b.server, b.server_name.as_deref()),
                 b.exchanges,
                 ms(b.total_ms),
                 ms(b.total_spread_ms.p90),
@@ -177,7 +177,7 @@ pub fn render(r: &Report) -> String {
                 "  {:>6} {:<28} {:<28} {:>7} {:>9} {:>6} {:>7} {:>10} {:>9}",
                 c.id,
                 c.client,
-                format!("{}{guessed}", c.server),
+                named(&format!("{}{guessed}", c.server), c.server_name.as_deref()),
                 c.packets,
                 c.exchanges,
                 c.stalls,
@@ -203,6 +203,14 @@ pub fn render(r: &Report) -> String {
         }
     }
     o
+}
+
+/// A server endpoint with its TLS name, if any: "127.0.0.1:8443 tls.test".
+fn named(server: &str, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("{server} {}", super::escape::clean(n)),
+        None => server.to_string(),
+    }
 }
 
 /// "11-13, 16-18": frames in pairs.

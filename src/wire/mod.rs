@@ -1,8 +1,9 @@
-//! Zero-copy views of IPv4, IPv6 and TCP headers, and [`decode`], which turns
+//! Zero-copy views of IPv4, IPv6, TCP and TLS record headers, and [`decode`], which turns
 //! a captured frame into the [`Segment`] the connection tracker needs.
 
 mod ip;
 mod tcp;
+pub mod tls;
 
 pub use ip::{Ipv4Header, Ipv6Header};
 pub use tcp::{Flags, TcpHeader, TcpOptions};

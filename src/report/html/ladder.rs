@@ -19,6 +19,8 @@ const REF_PX: f64 = 220.0;
 /// Gaps drawn taller than this are cut to a break marker.
 const BREAK_OVER_PX: f64 = 330.0;
 const BREAK_PX: f64 = 44.0;
+/// Height of the line naming a segment's TLS records.
+const TLS_LINE: f64 = 14.0;
 
 /// Y of each row, and the rows after which the line is broken (with the gap cut out, ns).
 fn layout(rows: &[Row]) -> (Vec<f64>, Vec<(usize, i64)>) {
@@ -37,11 +39,13 @@ fn layout(rows: &[Row]) -> (Vec<f64>, Vec<(usize, i64)>) {
         if i > 0 {
             let g = gaps[i - 1];
             let scaled = g as f64 * px_per_ns;
+            // A row with a TLS line under its arrow needs room for it.
+            let min = if rows[i - 1].tls.is_some() { MIN_STEP + TLS_LINE } else { MIN_STEP };
             if scaled > BREAK_OVER_PX {
                 breaks.push((i - 1, g));
-                y += BREAK_PX + MIN_STEP;
+                y += BREAK_PX + min;
             } else {
-                y += scaled.max(MIN_STEP);
+                y += scaled.max(min);
             }
         }
         ys.push(y);
@@ -115,6 +119,9 @@ pub fn svg(l: &Ladder) -> Markup {
                     line x1=(x1) y1=(y) x2=(x2) y2=(y + SLANT) {}
                     path d=(format!("M{} {} l{} -4 l0 8 z", x2, y + SLANT, -9.0 * dir)) {}
                     text x=((x1 + x2) / 2.0) y=(y - 2.0) text-anchor="middle" { (r.label()) }
+                    @if let Some(t) = &r.tls {
+                        text class="tls" x=((x1 + x2) / 2.0) y=(y + SLANT + 11.0) text-anchor="middle" { (t.label()) }
+                    }
                     @if r.mark.is_some() {
                         text class="note" x=(if r.from == Side::Client { CLIENT_X - 8.0 } else { SERVER_X + 8.0 })
                             y=(y + 16.0) text-anchor=(if r.from == Side::Client { "end" } else { "start" }) {
@@ -145,6 +152,7 @@ mod tests {
             ack: Some(1),
             window: 100,
             mark,
+            tls: None,
         }
     }
 

@@ -138,6 +138,7 @@ fn servers(bs: &[Breakdown]) -> Markup {
                 @for b in bs {
                     h3 {
                         (b.server)
+                        @if let Some(n) = &b.server_name { " " (n) }
                         @if let Some(s) = &b.server_software { " (" (s) ")" }
                         " · " (b.exchanges) " exchanges"
                     }
@@ -171,7 +172,7 @@ fn connections(cs: &[Connection], omitted: u64) -> Markup {
                             tr.hot[c.time_lost_ms > 0.0] {
                                 td.num data-v=(c.first_frame) { (c.id) }
                                 td.mono { (c.client) }
-                                td.mono { (c.server) @if c.roles_from == "lower_port" { "?" } }
+                                td.mono { (c.server) @if c.roles_from == "lower_port" { "?" } @if let Some(n) = &c.server_name { " " (n) } }
                                 td.num { (c.packets) } td.num { (c.exchanges) } td.num { (c.stalls) }
                                 td.num { (c.retransmissions) }
                                 td.num data-v=(c.time_lost_ms) { (ms(c.time_lost_ms)) }
