@@ -153,7 +153,9 @@ fn expect_100_continue_answered_is_nothing() {
         return;
     }
     let v = curl_upload(true);
-    assert_eq!(v["findings"], serde_json::json!([]), "{:#}", v["findings"]);
+    // Only the Python server's own time may show, when a loaded machine slows it.
+    let kinds: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert!(kinds.iter().all(|k| *k == "app_latency"), "{:#}", v["findings"]);
     assert!(v["breakdown"][0]["client_wait_ms"].as_f64().unwrap() < 5.0, "{:#}", v["breakdown"]);
 }
 
