@@ -35,6 +35,18 @@ pub static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
 #[derive(Debug)]
 struct ProcessCollector;
 
+/// The boot, in seconds since the Unix epoch: from the clocks, not /proc/stat,
+/// which the systemd unit hides (`ProcSubset=pid`).
+fn boot_epoch() -> f64 {
+    let secs = |clock| {
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes the one timespec given.
+        unsafe { libc::clock_gettime(clock, &mut t) };
+        t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+    };
+    secs(libc::CLOCK_REALTIME) - secs(libc::CLOCK_BOOTTIME)
+}
+
 fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, unit: Option<&Unit>, v: f64) -> fmt::Result {
     let g = ConstGauge::new(v);
     g.encode(e.encode_descriptor(name, help, unit, g.metric_type())?)
@@ -72,10 +84,8 @@ impl Collector for ProcessCollector {
             )?;
             gauge(&mut e, "process_virtual_memory", "Virtual memory size", Some(&Unit::Bytes), stat.vsize as f64)?;
             gauge(&mut e, "process_threads", "Number of OS threads", None, stat.num_threads as f64)?;
-            if let Ok(boot) = procfs::boot_time_secs() {
-                let start = boot as f64 + stat.starttime as f64 / tick;
-                gauge(&mut e, "process_start_time", "Start time since the Unix epoch", Some(&Unit::Seconds), start)?;
-            }
+            let start = boot_epoch() + stat.starttime as f64 / tick;
+            gauge(&mut e, "process_start_time", "Start time since the Unix epoch", Some(&Unit::Seconds), start)?;
         }
         if let Ok(n) = me.fd_count() {
             gauge(&mut e, "process_open_fds", "Number of open file descriptors", None, n as f64)?;
