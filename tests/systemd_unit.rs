@@ -11,10 +11,10 @@ mod common;
 
 use common::{free_port, require, require_root, run_bounded};
 use std::collections::{BTreeSet, HashMap};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpdoctor");
@@ -109,38 +109,28 @@ fn command_line(extra: &[&str]) -> (Vec<String>, u16) {
 
 /// Runs `cmd` (a watch serving metrics on `port`), scraping it twice while it
 /// runs; its exit code and standard error.
-fn run_scraped(mut cmd: Command, port: u16) -> (Option<i32>, String) {
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let until = Instant::now() + Duration::from_secs(15);
-    let mut scraped = 0;
-    while scraped < 2 && Instant::now() < until {
-        if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
-            use std::io::Write;
-            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-            let mut body = String::new();
-            let _ = c.read_to_string(&mut body);
-            assert!(body.contains("\nprocess_open_fds "), "{body}");
-            scraped += 1;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let (out, _) = {
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(o) => (o.unwrap(), ()),
-            Err(_) => {
-                // SAFETY: kill(2) on the PID of the child this test started.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-                panic!("watch still running 20 s after its --duration");
+fn run_scraped(cmd: Command, port: u16) -> (Option<i32>, String) {
+    let scraper = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(15);
+        let mut bodies = Vec::new();
+        while bodies.len() < 2 && Instant::now() < until {
+            if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+                let mut body = String::new();
+                let _ = c.read_to_string(&mut body);
+                bodies.push(body);
             }
+            std::thread::sleep(Duration::from_millis(200));
         }
-    };
-    assert_eq!(scraped, 2, "watch never answered on 127.0.0.1:{port}");
+        bodies
+    });
+    let (out, _) = run_bounded(cmd, Duration::from_secs(30));
+    let bodies = scraper.join().unwrap();
+    assert_eq!(bodies.len(), 2, "watch never answered on 127.0.0.1:{port}");
+    for b in bodies {
+        assert!(b.contains("\nprocess_open_fds "), "{b}");
+    }
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
