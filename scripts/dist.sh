@@ -132,7 +132,7 @@ cp deploy/container/Containerfile LICENSE-MIT LICENSE-APACHE "$out/"
 if $image; then
   have podman || die "--image needs podman (Debian: apt-get install podman)"
   podman build --quiet --build-arg "VERSION=$version" -t "tcpdoctor:$version" -f "$out/Containerfile" "$out" >/dev/null
-  podman save --format oci-archive -o "$out/tcpdoctor-$version-oci.tar" "tcpdoctor:$version"
+  podman save --quiet --format oci-archive -o "$out/tcpdoctor-$version-oci.tar" "tcpdoctor:$version"
 fi
 
 rm -rf dist

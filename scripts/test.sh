@@ -25,6 +25,7 @@ have zsh || need+=(zsh)
 have fish || need+=(fish)
 have groff || need+=(groff-base)
 have man || need+=(man-db)
+have systemd-analyze || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${need[*]}" >&2
   sudo=""
