@@ -196,7 +196,8 @@ fn watchs_system_calls_and_socket_families_pass_the_units_filters() {
     let mut used = BTreeSet::new();
     let mut socket_families = BTreeSet::new();
     for l in trace.lines() {
-        let Some(call) = l.split_once(' ').map(|(_, rest)| rest) else { continue };
+        // strace pads the PID to five columns.
+        let Some(call) = l.split_once(' ').map(|(_, rest)| rest.trim_start()) else { continue };
         let Some((name, args)) = call.split_once('(') else { continue };
         if name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
             used.insert(name.to_string());
@@ -205,7 +206,11 @@ fn watchs_system_calls_and_socket_families_pass_the_units_filters() {
             }
         }
     }
-    assert!(used.contains("setsockopt") && used.contains("accept4"), "the trace missed watch's work: {used:?}");
+    assert!(
+        used.contains("setsockopt") && used.contains("accept4"),
+        "the trace missed watch's work: {used:?} in {} lines: {err}",
+        trace.lines().count()
+    );
     let refused: Vec<_> = used.iter().filter(|s| !allowed.contains(*s) || denied.contains(*s)).collect();
     assert!(refused.is_empty(), "SystemCallFilter= would refuse {refused:?}");
     assert!(socket_families.contains("AF_PACKET"), "{socket_families:?}");
