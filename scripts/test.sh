@@ -21,6 +21,11 @@ have capsh && have setcap || need+=(libcap2-bin)
 have go || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 have chromium || need+=(chromium)
 have promtool || need+=(prometheus)
+have zsh || need+=(zsh)
+have fish || need+=(fish)
+have groff || need+=(groff-base)
+have man || need+=(man-db)
+have systemd-analyze || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${need[*]}" >&2
   sudo=""

@@ -406,3 +406,56 @@ fn scrapes_are_answered_when_the_server_runs_out_of_descriptors() {
     drop(held);
     check_scrapes(&format!("{IDLE} idle connections, 64 open files"), &scrapes, Duration::from_secs(1));
 }
+
+/// The value of the sample line `name` (labels included) in an exposition.
+fn sample(body: &str, name: &str) -> f64 {
+    let line = body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '));
+    let line = line.unwrap_or_else(|| panic!("no {name} in\n{body}"));
+    line[name.len() + 1..].parse().unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+/// A `/proc/PID/status` field.
+fn status_field(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let l = s.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).unwrap_or_else(|| panic!("no {field}"));
+    l.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn watch_exports_build_info_and_process_metrics_of_itself() {
+    if !require_root() {
+        return;
+    }
+    let spawned = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let (w, addr) = watch_metrics(Some(777));
+    let pid = w.0.id();
+    let om = ask(addr, b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text\r\n\r\n", false).body;
+    let rustc = std::process::Command::new(std::env::var("RUSTC").unwrap_or("rustc".into())).arg("--version").output();
+    let rustc = String::from_utf8(rustc.unwrap().stdout).unwrap();
+    let info = format!(
+        "tcpdoctor_build_info{{version=\"{}\",rustc=\"{}\",target=\"{}-unknown-linux-",
+        env!("CARGO_PKG_VERSION"),
+        rustc.split_whitespace().nth(1).unwrap(),
+        std::env::consts::ARCH
+    );
+    assert!(om.contains(&info), "{info} not in\n{om}");
+    assert!(om.contains("\n# TYPE process_cpu_seconds counter\n"), "{om}");
+    assert!(sample(&om, "process_cpu_seconds_total") >= 0.0);
+    assert_eq!(sample(&om, "process_max_fds"), 777.0, "the limit watch was started with");
+    // The answering connection is open too: within a few of what /proc shows now.
+    let fds = sample(&om, "process_open_fds");
+    assert!((fds - open_fds(&w) as f64).abs() <= 3.0, "{fds} open vs {}", open_fds(&w));
+    assert_eq!(sample(&om, "process_threads") as u64, status_field(pid, "Threads"));
+    let rss = sample(&om, "process_resident_memory_bytes");
+    let rss_now = status_field(pid, "VmRSS") as f64 * 1024.0;
+    assert!(rss > 1e6 && (rss - rss_now).abs() < rss_now * 0.5, "rss {rss} vs {rss_now}");
+    assert!(sample(&om, "process_virtual_memory_bytes") >= rss);
+    let start = sample(&om, "process_start_time_seconds");
+    assert!((start - spawned).abs() < 2.0, "started at {start}, spawned at {spawned}");
+    // The classic text format carries them as well, and one `# EOF` ends OpenMetrics.
+    let classic = ask(addr, b"GET /metrics HTTP/1.1\r\n\r\n", false).body;
+    assert!(classic.contains("\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total "), "{classic}");
+    assert!(classic.contains("\n# TYPE tcpdoctor_build_info gauge\ntcpdoctor_build_info{"), "{classic}");
+    assert_eq!(om.matches("# EOF").count(), 1);
+    assert!(om.ends_with("# EOF\n"));
+}

@@ -648,6 +648,7 @@ fn deploy_files_are_the_readmes_and_the_rules_pass_promtool() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     for (path, lang) in [
         ("systemd/tcpdoctor-watch.service", "ini"),
+        ("systemd/tcpdoctor.default", "sh"),
         ("kubernetes/daemonset.yaml", "yaml"),
         ("prometheus/prometheus.yml", "yaml"),
         ("prometheus/tcpdoctor-rules.yml", "yaml"),

@@ -18,6 +18,9 @@ use tcpdoctor::measure::{bench, probe, trace};
 use tcpdoctor::output::{self, OutputFile};
 use tcpdoctor::report::{self, Report};
 
+#[path = "tcpdoctor/docs.rs"]
+mod docs;
+
 /// Exit codes (also in the README).
 mod exit {
     /// Analysis ran on all input.
@@ -197,6 +200,23 @@ ends when nobody reads its lines; with it, it goes on).")]
     Watch(WatchArgs),
     /// The main job on built-in lab servers: diagnose (a) Nagle, (b) TCP_NODELAY, (c) think time, (d) Nagle over HTTPS, then verify the fix.
     #[command(after_help = "--offline analyses the real nginx captures bundled in the binary instead (no traffic).")]
+    /// Print a shell completion script (bash, zsh or fish) to standard output.
+    #[command(after_help = "Load it for this shell with `source <(tcpdoctor completions bash)`, or install it: \
+bash /usr/share/bash-completion/completions/tcpdoctor, zsh /usr/share/zsh/vendor-completions/_tcpdoctor, \
+fish /usr/share/fish/vendor_completions.d/tcpdoctor.fish (the .deb installs all three).
+
+Exit codes: 0 written; 2 bad command line (a shell other than bash, zsh or fish); 6 standard output failed.")]
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: docs::CompletionShell,
+    },
+    /// Print the manual page (roff, section 1) to standard output: `tcpdoctor man | man -l -`.
+    #[command(after_help = "One page for the whole command: each command's options, notes and exit codes. \
+Install it as /usr/share/man/man1/tcpdoctor.1 (the .deb does).
+
+Exit codes: 0 written; 2 bad command line; 6 standard output failed.")]
+    Man,
     Demo {
         /// Print JSON instead of text.
         #[arg(long)]
@@ -1427,6 +1447,17 @@ fn run(cli: Cli) -> ExitCode {
         Cmd::Diagnose(a) => run_diagnose(a),
         Cmd::Lab(a) => run_lab(a),
         Cmd::Watch(a) => run_watch(a),
+        Cmd::Completions { shell } => {
+            output::print(&docs::completions(<Cli as clap::CommandFactory>::command(), shell));
+            ExitCode::from(exit::OK)
+        }
+        Cmd::Man => match docs::man(<Cli as clap::CommandFactory>::command()) {
+            Ok(page) => {
+                output::print(&page);
+                ExitCode::from(exit::OK)
+            }
+            Err(e) => fail(exit::OUTPUT, format!("cannot render the manual page: {e}")),
+        },
         Cmd::Demo { json, offline: false } => run_demo(json),
         Cmd::Demo { json, offline: true } => match tcpdoctor::demo::run() {
             Ok(reports) => {

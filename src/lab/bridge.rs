@@ -185,7 +185,10 @@ impl Drop for Bridge {
 }
 
 fn go_realtime() -> Result<(), String> {
-    let p = libc::sched_param { sched_priority: RT_PRIORITY };
+    // musl's sched_param has more (unused) fields than glibc's: zero them all.
+    // SAFETY: sched_param is plain integers, for which all zeroes is valid.
+    let mut p: libc::sched_param = unsafe { std::mem::zeroed() };
+    p.sched_priority = RT_PRIORITY;
     // SAFETY: changes only the calling thread's scheduling, with a valid param.
     let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &p) };
     if rc != 0 {
@@ -244,8 +247,7 @@ fn forward(from: &Tap, to: &Tap, dir: usize, shape: Shape, s: &Shared) {
         }
         let wait = held.front().map_or(IDLE, |(due, _)| due.saturating_duration_since(Instant::now())).min(IDLE);
         let mut p = libc::pollfd { fd: from.fd(), events: libc::POLLIN, revents: 0 };
-        let ts =
-            libc::timespec { tv_sec: wait.as_secs() as libc::time_t, tv_nsec: wait.subsec_nanos() as libc::c_long };
+        let ts = libc::timespec { tv_sec: wait.as_secs() as _, tv_nsec: wait.subsec_nanos() as libc::c_long };
         // SAFETY: one live pollfd and a valid timespec; no signal mask change.
         let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
         if n <= 0 || p.revents & libc::POLLIN == 0 {

@@ -476,7 +476,7 @@ pub(crate) fn recv_msg(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Res
     mh.msg_iov = &mut iov;
     mh.msg_iovlen = 1;
     mh.msg_control = control.as_mut_ptr().cast();
-    mh.msg_controllen = size_of::<[u64; 64]>();
+    mh.msg_controllen = size_of::<[u64; 64]>() as _;
     // SAFETY: every pointer in mh refers to a live buffer of the stated size.
     let n = unsafe { libc::recvmsg(fd, &mut mh, flags | libc::MSG_DONTWAIT) };
     if n < 0 {

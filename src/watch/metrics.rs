@@ -201,11 +201,14 @@ impl Metrics {
         self.latency.remove(&EndpointLabel { endpoint: endpoint.to_string() });
     }
 
-    /// The metrics in OpenMetrics text format.
+    /// The metrics in OpenMetrics text format, with the build and process metrics.
     pub fn encode(&self) -> String {
+        use prometheus_client::encoding::text;
         let mut s = String::with_capacity(16 << 10);
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        let _ = text::encode_registry(&mut s, &self.registry);
+        let _ = text::encode_registry(&mut s, &super::process::REGISTRY);
+        let _ = text::encode_eof(&mut s);
         s
     }
 }

@@ -8,6 +8,7 @@
 
 mod http;
 pub mod metrics;
+mod process;
 pub mod render;
 mod sink;
 

@@ -20,6 +20,8 @@ pub(crate) const EVENT_CLONE: i32 = 3;
 /// `PTRACE_EVENT_STOP`: an interrupt stop, a new thread's first stop, or (with a stop signal) a group-stop.
 pub(crate) const EVENT_STOP: i32 = 128;
 
+/// `PTRACE_GET_SYSCALL_INFO` (linux/ptrace.h): the libc crate names it for glibc only, not musl.
+const PTRACE_GET_SYSCALL_INFO: libc::c_uint = 0x420e;
 /// `PTRACE_SYSCALL_INFO_ENTRY` / `_EXIT`.
 pub(crate) const INFO_ENTRY: u8 = 1;
 pub(crate) const INFO_EXIT: u8 = 2;
@@ -62,39 +64,39 @@ pub(crate) fn is_group_stop(sig: i32) -> bool {
 fn req(request: libc::c_uint, tid: u32, addr: usize, data: usize) -> io::Result<libc::c_long> {
     // SAFETY: every request used here takes a tid and two word-sized
     // arguments; those that write memory get a live buffer of the size passed.
-    let r = unsafe { libc::ptrace(request, tid as libc::pid_t, addr, data) };
+    let r = unsafe { libc::ptrace(request as _, tid as libc::pid_t, addr, data) };
     if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
 }
 
 /// Attaches without stopping the thread.
 pub(crate) fn seize(tid: u32) -> io::Result<()> {
-    req(libc::PTRACE_SEIZE, tid, 0, OPTIONS as usize).map(drop)
+    req(libc::PTRACE_SEIZE as _, tid, 0, OPTIONS as usize).map(drop)
 }
 
 /// Asks a seized thread to stop (reported as `EVENT_STOP`).
 pub(crate) fn interrupt(tid: u32) -> io::Result<()> {
-    req(libc::PTRACE_INTERRUPT, tid, 0, 0).map(drop)
+    req(libc::PTRACE_INTERRUPT as _, tid, 0, 0).map(drop)
 }
 
 /// Resumes until the next syscall entry or exit, delivering `sig` (0: none).
 pub(crate) fn resume(tid: u32, sig: i32) -> io::Result<()> {
-    req(libc::PTRACE_SYSCALL, tid, 0, sig as usize).map(drop)
+    req(libc::PTRACE_SYSCALL as _, tid, 0, sig as usize).map(drop)
 }
 
 /// Leaves a group-stopped thread stopped, still reporting to us.
 pub(crate) fn listen(tid: u32) -> io::Result<()> {
-    req(libc::PTRACE_LISTEN, tid, 0, 0).map(drop)
+    req(libc::PTRACE_LISTEN as _, tid, 0, 0).map(drop)
 }
 
 /// Detaches a stopped thread, delivering `sig` (0: none).
 pub(crate) fn detach(tid: u32, sig: i32) -> io::Result<()> {
-    req(libc::PTRACE_DETACH, tid, 0, sig as usize).map(drop)
+    req(libc::PTRACE_DETACH as _, tid, 0, sig as usize).map(drop)
 }
 
 /// The new thread's id after an `EVENT_CLONE`.
 pub(crate) fn event_msg(tid: u32) -> io::Result<u32> {
     let mut msg: libc::c_ulong = 0;
-    req(libc::PTRACE_GETEVENTMSG, tid, 0, (&raw mut msg) as usize)?;
+    req(libc::PTRACE_GETEVENTMSG as _, tid, 0, (&raw mut msg) as usize)?;
     Ok(msg as u32)
 }
 
@@ -129,7 +131,7 @@ pub(crate) struct Info {
 pub(crate) fn syscall_info(tid: u32) -> io::Result<Info> {
     let mut raw = RawInfo { op: 0, _pad: [0; 3], arch: 0, _ip: 0, _sp: 0, data: [0; 8] };
     let size = size_of::<RawInfo>();
-    req(libc::PTRACE_GET_SYSCALL_INFO, tid, size, (&raw mut raw) as usize)?;
+    req(PTRACE_GET_SYSCALL_INFO, tid, size, (&raw mut raw) as usize)?;
     let mut args = [0u64; 6];
     args.copy_from_slice(&raw.data[1..7]);
     Ok(Info { op: raw.op, arch: raw.arch, nr: raw.data[0], args, ret: raw.data[0] as i64 })
