@@ -346,9 +346,15 @@ struct BenchArgs {
     /// Worker threads.
     #[arg(short = 't', long, default_value_t = 2, value_parser = at_least_one)]
     threads: usize,
-    /// Duration of the test, e.g. 10s, 2m.
-    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_run_length)]
-    duration: Duration,
+    /// Duration of the test, e.g. 10s, 2m (default 10s; with -n, at most 10m unless given).
+    #[arg(short = 'd', long, value_parser = parse_run_length)]
+    duration: Option<Duration>,
+    /// A fixed number of requests (as ab -n): a new connection for each, whose connect counts in its time, unless -k.
+    #[arg(short = 'n', long = "requests", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    requests: Option<u64>,
+    /// With -n: keep-alive, as ab -k. Without -n: skip the certificate check, as --insecure.
+    #[arg(short = 'k')]
+    k: bool,
     /// Per-request timeout: a request without a complete response by then is counted and its connection replaced.
     #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
     timeout: Duration,
@@ -388,9 +394,16 @@ struct BenchArgs {
     /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
-    #[command(flatten)]
-    tls: TlsArgs,
+    /// https: accept any certificate (still encrypted, but the server is not checked), like curl -k.
+    #[arg(long)]
+    insecure: bool,
+    /// https: trust only the CA certificates in this PEM file (at most 4 MiB), not the system's store.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    cacert: Option<PathBuf>,
 }
+
+/// bench's `-n` without `-d`: the longest the requests may take.
+const REQUESTS_CAP: Duration = Duration::from_secs(600);
 
 #[derive(clap::Args)]
 struct ProbeArgs {
@@ -410,6 +423,9 @@ struct ProbeArgs {
     timeout: Duration,
     #[command(flatten)]
     family: FamilyArgs,
+    /// SYN probes (what probe always sends; accepted for hping3 compatibility).
+    #[arg(short = 'S', long = "syn")]
+    _syn: bool,
     /// Time connect() even when raw sockets are allowed.
     #[arg(long)]
     unprivileged: bool,
@@ -612,21 +628,33 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         },
         (None, None) => Vec::new(),
     };
-    let trust = match a.tls.trust() {
+    // -k is ab's keep-alive with -n (ab's habit), else curl's and wrk users' --insecure.
+    let ab = a.requests.is_some();
+    let insecure = a.insecure || (a.k && !ab);
+    if insecure && a.cacert.is_some() {
+        return fail(exit::USAGE, "-k/--insecure and --cacert together: choose one (with -n, -k means keep-alive)");
+    }
+    let tls = TlsArgs { insecure, cacert: a.cacert.clone() };
+    let trust = match tls.trust() {
         Ok(t) => t,
         Err(code) => return code,
     };
+    let duration = a.duration.unwrap_or(if ab { REQUESTS_CAP } else { Duration::from_secs(10) });
+    if ab && a.no_keepalive && a.k {
+        return fail(exit::USAGE, "-k (keep-alive with -n) and --no-keepalive together: choose one");
+    }
     let o = bench::Options {
         url: a.url,
         threads: a.threads,
         connections: a.connections,
-        duration: a.duration,
+        duration,
+        requests: a.requests,
         timeout: a.timeout,
         method: a.method,
         headers: a.headers,
         body,
         rate: a.rate,
-        keepalive: !a.no_keepalive,
+        keepalive: if ab { a.k } else { !a.no_keepalive },
         nodelay: a.nodelay == "on",
         quickack: a.quickack,
         split_writes: a.split_writes,
@@ -636,7 +664,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         Ok(h) => h,
         Err(code) => return code,
     };
-    let bar = report::progress::RunBar::new("", a.duration);
+    let bar = report::progress::RunBar::new("", duration);
     tcpdoctor::interrupt::catch();
     let result = bench::run(&o, &mut |t, n| bar.update(t, n));
     drop(bar);
@@ -671,6 +699,9 @@ struct TraceArgs {
     /// Numeric addresses (always the case; accepted for traceroute compatibility).
     #[arg(short = 'n')]
     numeric: bool,
+    /// TCP SYN probes (what trace always sends; accepted for traceroute compatibility).
+    #[arg(short = 'T', long = "tcp")]
+    _tcp: bool,
     /// Largest TTL to try.
     #[arg(short = 'm', long, default_value_t = 30, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
     max_hops: u8,
@@ -693,12 +724,13 @@ struct TraceArgs {
 #[derive(clap::Args)]
 struct CaptureArgs {
     /// Interface to capture on; `any` for all of them (written with Linux cooked headers).
+    /// Default: the route to the filter's host, else the first interface up that is not loopback.
     #[arg(short = 'i', long = "interface", value_name = "IFACE")]
-    iface: String,
+    iface: Option<String>,
     /// Filter, tcpdump-style, e.g. `tcp port 8080 and host 10.0.0.1` (quoted or as separate words).
     #[arg(value_name = "FILTER")]
     filter: Vec<String>,
-    /// Write the packets to this pcap file; `-` for standard output.
+    /// Write the packets to this file (pcapng when it ends in `.pcapng`, else pcap); `-` for standard output.
     #[arg(short = 'w', value_name = "FILE")]
     write: PathBuf,
     /// Stop after this long, e.g. 10s, 2m (default: until Ctrl-C or -c).
@@ -707,6 +739,9 @@ struct CaptureArgs {
     /// Stop after this many packets.
     #[arg(short = 'c', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
+    /// Numeric addresses and ports (`-n`, `-nn`): capture never resolves names; accepted for tcpdump compatibility.
+    #[arg(short = 'n', action = clap::ArgAction::Count)]
+    _numeric: u8,
     /// Bytes kept of each packet (0 means 262144, the most).
     #[arg(short = 's', long, default_value_t = MAX_SNAPLEN, value_name = "N",
           value_parser = clap::value_parser!(u32).range(0..=MAX_SNAPLEN as i64))]
@@ -1283,7 +1318,17 @@ fn run_capture(a: CaptureArgs) -> ExitCode {
         Ok(f) => f,
         Err(code) => return code,
     };
-    let o = LiveOptions { iface: a.iface.clone(), filter, snaplen: a.snaplen };
+    let iface = match a.iface {
+        Some(i) => i,
+        None => match tcpdoctor::capture::live::pick_interface(filter.as_ref()) {
+            Ok(p) => {
+                eprintln!("tcpdoctor: no -i given: capturing on {} ({})", p.iface, p.why);
+                p.iface
+            }
+            Err(e) => return fail(live_exit(&e), e),
+        },
+    };
+    let o = LiveOptions { iface: iface.clone(), filter, snaplen: a.snaplen };
     let mut cap = match LiveCapture::open(&o) {
         Ok(c) => c,
         Err(e) => return fail(live_exit(&e), e),
@@ -1302,9 +1347,10 @@ fn run_capture(a: CaptureArgs) -> ExitCode {
     };
     // SIGTERM and SIGHUP too: however it is stopped, the file is completed.
     tcpdoctor::interrupt::catch_all();
-    eprintln!("tcpdoctor: capturing on {}, link-type {}, snapshot length {} bytes", a.iface, cap.link(), cap.snaplen());
+    eprintln!("tcpdoctor: capturing on {iface}, link-type {}, snapshot length {} bytes", cap.link(), cap.snaplen());
     let deadline = a.duration.map(|d| std::time::Instant::now() + d);
-    let stats = match cap.record(out, tcpdoctor::interrupt::flag(), deadline, a.count) {
+    let format = tcpdoctor::capture::live::FileFormat::for_path(&a.write);
+    let stats = match cap.record_as(format, out, tcpdoctor::interrupt::flag(), deadline, a.count) {
         Ok(s) => s,
         // Standard output's failure is reported by main; a reader that went away ends it quietly.
         Err(LiveError::Write(_)) if name == "-" => return ExitCode::from(exit::OK),

@@ -47,6 +47,8 @@ pub struct BenchReport {
     pub max_read_gap: Distribution,
     /// Connection set-up time (new connections).
     pub connect: Distribution,
+    /// ab's "Connection Times" of each request, ms.
+    pub connection_times: ConnectionTimes,
     /// TLS (https URLs): what was negotiated, handshakes; null for http.
     pub tls: Option<TlsReport>,
     /// Completed responses per second, per thread, sampled every 100 ms.
@@ -118,6 +120,31 @@ pub struct BenchOptions {
     pub rate: Option<f64>,
     /// Per-request timeout, s.
     pub timeout_s: f64,
+    /// A fixed number of requests (`-n`), if any.
+    pub requests: Option<u64>,
+}
+
+/// ab's "Connection Times (ms)": each request's connect (zero on a reused
+/// connection), processing (the rest), waiting (request written → first byte)
+/// and total (from the connect's start on a new connection, else from the
+/// request's; with `-n` this is also `latency`).
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct ConnectionTimes {
+    pub connect: PhaseTimes,
+    pub processing: PhaseTimes,
+    pub waiting: PhaseTimes,
+    pub total: PhaseTimes,
+}
+
+/// One row of [`ConnectionTimes`].
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct PhaseTimes {
+    pub min_ms: f64,
+    pub mean_ms: f64,
+    /// Standard deviation, ms.
+    pub sd_ms: f64,
+    pub median_ms: f64,
+    pub max_ms: f64,
 }
 
 /// A distribution of durations, ms.
@@ -226,7 +253,10 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
         None => String::new(),
     };
     let d = if r.duration_s.fract() == 0.0 { format!("{}s", r.duration_s) } else { time_ms(r.duration_s * 1e3) };
-    let _ = writeln!(s, "Running {d} test @ {}{mode}", r.url);
+    match r.options.requests {
+        Some(n) => _ = writeln!(s, "Running {n} requests @ {}{mode}", r.url),
+        None => _ = writeln!(s, "Running {d} test @ {}{mode}", r.url),
+    }
     let _ = writeln!(s, "  {} threads and {} connections", r.threads, r.connections);
     let _ = writeln!(s, "  Thread Stats   Avg      Stdev     Max   +/- Stdev");
     let l = &r.latency;
@@ -271,6 +301,9 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
     }
     let _ = writeln!(s, "Requests/sec: {:>10.2}", r.requests_per_s);
     let _ = writeln!(s, "Transfer/sec: {:>10}", bytes(r.bytes_per_s));
+    if latency_table && r.requests > 0 {
+        connection_times(&mut s, &r.connection_times);
+    }
     // What wrk does not show.
     let _ = writeln!(s, "\n  tcpdoctor        p50       p90       p99     p99.9       max");
     let empty = Distribution::default();
@@ -323,6 +356,21 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
         let _ = writeln!(s, "{} {n}", super::style::warn("NOTE:"));
     }
     s
+}
+
+/// ab's block, with two decimals (ab rounds to whole ms, which is 0 on a LAN).
+fn connection_times(s: &mut String, t: &ConnectionTimes) {
+    let _ = writeln!(s, "\nConnection Times (ms)");
+    let _ = writeln!(s, "              min   mean[+/-sd]  median      max");
+    for (name, p) in
+        [("Connect:", &t.connect), ("Processing:", &t.processing), ("Waiting:", &t.waiting), ("Total:", &t.total)]
+    {
+        let _ = writeln!(
+            s,
+            "{name:<11} {:>6.2} {:>7.2} {:>6.2} {:>7.2} {:>8.2}",
+            p.min_ms, p.mean_ms, p.sd_ms, p.median_ms, p.max_ms
+        );
+    }
 }
 
 fn on(b: bool) -> &'static str {
