@@ -1121,7 +1121,11 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
         return match diagnose::verify(&o, after, &mut say, &mut progress) {
             Ok((before, after, c)) => {
                 if json {
-                    print_json(&serde_json::json!({ "before": before, "after": after, "comparison": c }));
+                    print_json(&report::diagnose::DiagnoseOutput::Verified {
+                        before: &before,
+                        after: &after,
+                        comparison: &c,
+                    });
                 } else {
                     print(&report::diagnose::render_comparison(&c));
                 }
@@ -1154,7 +1158,7 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
         (Ok(r), Some(before)) => {
             let c = report::diagnose::Comparison::new(before, report::diagnose::Summary::of(&r));
             if json {
-                print_json(&serde_json::json!({ "report": r, "comparison": c }));
+                print_json(&report::diagnose::DiagnoseOutput::Compared { report: &r, comparison: &c });
             } else {
                 print(&report::diagnose::render_comparison(&c));
             }
@@ -1219,14 +1223,14 @@ fn run_lab(a: LabArgs) -> ExitCode {
     }
     let cacert = cert.1.1.display().to_string();
     let row = |s: &Server| {
-        let mut r = serde_json::json!({"name": s.name(), "url": s.url(), "what": s.describe()});
+        let mut r = report::lab::LabRow::new(s.name(), s.url(), s.describe());
         if s.url().starts_with("https") {
-            r["cacert"] = cacert.clone().into();
+            r.cacert = Some(cacert.clone());
         }
         r
     };
     let (plain, https): (Vec<&Server>, Vec<&Server>) = servers.iter().partition(|s| !s.url().starts_with("https"));
-    let mut rows: Vec<serde_json::Value> = plain.into_iter().map(row).collect();
+    let mut rows: Vec<report::lab::LabRow> = plain.into_iter().map(row).collect();
     let mut nginxes = Vec::new();
     if a.nginx {
         for (i, on) in [(3, false), (4, true)] {
@@ -1239,12 +1243,14 @@ fn run_lab(a: LabArgs) -> ExitCode {
             };
             match started {
                 Ok(n) => {
-                    rows.push(serde_json::json!({
-                        "name": if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" },
-                        "url": n.url(),
-                        "pid": n.pid(),
-                        "what": format!("Debian's nginx, sendfile on, tcp_nodelay {}", if on { "on (the fix)" } else { "off (the stall)" }),
-                    }));
+                    let what = format!(
+                        "Debian's nginx, sendfile on, tcp_nodelay {}",
+                        if on { "on (the fix)" } else { "off (the stall)" }
+                    );
+                    let name = if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" };
+                    let mut r = report::lab::LabRow::new(name, n.url(), what);
+                    r.pid = Some(n.pid());
+                    rows.push(r);
                     nginxes.push(n);
                 }
                 Err(e) => return fail(exit::INPUT, format!("--nginx: {e}")),
@@ -1254,7 +1260,7 @@ fn run_lab(a: LabArgs) -> ExitCode {
     rows.extend(https.into_iter().map(row));
     if let Some(p) = &path {
         for r in &mut rows {
-            r["namespace"] = p.namespace().name().into();
+            r.namespace = Some(p.namespace().name().to_string());
         }
     }
     if a.json {
@@ -1263,9 +1269,9 @@ fn run_lab(a: LabArgs) -> ExitCode {
         for r in &rows {
             print(&format!(
                 "{:<18} {:<25} {}\n",
-                r["name"].as_str().unwrap_or(""),
-                r["url"].as_str().unwrap_or(""),
-                r["what"].as_str().unwrap_or("")
+                r.name,
+                r.url,
+                r.what
             ));
         }
         if let Some(p) = &path {

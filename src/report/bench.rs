@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// Everything one `bench` run measured.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct BenchReport {
     /// Schema version ([`super::SCHEMA_VERSION`]).
     pub schema: u32,
@@ -70,7 +70,7 @@ pub struct BenchReport {
 }
 
 /// The TLS side of a run.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct TlsReport {
     /// `TLSv1.3` or `TLSv1.2` (of the first handshake).
     pub version: String,
@@ -89,7 +89,7 @@ pub struct TlsReport {
 }
 
 /// Latency during one step of a run (percentiles ±6 %).
-#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+#[derive(Clone, Debug, Serialize, Default, PartialEq, schemars::JsonSchema)]
 pub struct TimePoint {
     /// Start of the step, s since the run started.
     pub t_s: f64,
@@ -106,7 +106,7 @@ pub struct TimePoint {
 }
 
 /// Client settings of a run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct BenchOptions {
     /// TCP_NODELAY on the client's sockets.
     pub nodelay: bool,
@@ -128,7 +128,7 @@ pub struct BenchOptions {
 /// connection), processing (the rest), waiting (request written → first byte)
 /// and total (from the connect's start on a new connection, else from the
 /// request's; with `-n` this is also `latency`).
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct ConnectionTimes {
     pub connect: PhaseTimes,
     pub processing: PhaseTimes,
@@ -137,7 +137,7 @@ pub struct ConnectionTimes {
 }
 
 /// One row of [`ConnectionTimes`].
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct PhaseTimes {
     pub min_ms: f64,
     pub mean_ms: f64,
@@ -148,7 +148,7 @@ pub struct PhaseTimes {
 }
 
 /// A distribution of durations, ms.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Distribution {
     /// Values recorded.
     pub count: u64,
@@ -173,7 +173,7 @@ pub struct Distribution {
 }
 
 /// Per-thread request rate samples.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct ThreadRate {
     /// Mean, requests/s.
     pub mean: f64,
@@ -186,7 +186,7 @@ pub struct ThreadRate {
 }
 
 /// Errors by kind, as counts.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Errors {
     /// Connections that could not be set up (refused, unreachable, timed out).
     pub connect: u64,

@@ -5,7 +5,7 @@ use crate::tcp::Side;
 use serde::Serialize;
 
 /// What a row's segment was.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RowKind {
     /// SYN or SYN-ACK.
@@ -27,7 +27,7 @@ pub enum RowKind {
 }
 
 /// Why a row is highlighted.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mark {
     /// The small segment whose ACK Nagle waited for.
@@ -39,7 +39,7 @@ pub enum Mark {
 }
 
 /// One segment.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, schemars::JsonSchema)]
 pub struct Row {
     /// Frame number.
     pub frame: u64,
@@ -54,6 +54,7 @@ pub struct Row {
     pub kind: RowKind,
     /// TCP flags byte, written as tcpdump does (`P.` for PSH+ACK).
     #[serde(serialize_with = "flags_json")]
+    #[schemars(with = "String")]
     pub flags: u8,
     /// Relative sequence number.
     pub seq: i64,
@@ -68,7 +69,7 @@ pub struct Row {
 }
 
 /// A run of one connection's segments.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Ladder {
     /// Connection id.
     pub connection: String,
@@ -87,7 +88,7 @@ pub struct Ladder {
 }
 
 /// One exchange's latency, split by cause, ms.
-#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq, schemars::JsonSchema)]
 pub struct ExchangeTimes {
     /// Request start → response end, plus the client's side of the path.
     pub total_ms: f64,
