@@ -288,7 +288,7 @@ pub struct Comparison {
     pub before: Summary,
     /// The diagnosis after.
     pub after: Summary,
-    /// Median latency under load, before ÷ after.
+    /// Median latency under load, before ÷ after (a ratio).
     pub speedup_p50: f64,
     /// Whether the problem found before is gone after.
     pub fixed: bool,

@@ -2,10 +2,12 @@
 //! that serialize it (schemars), so they cannot drift from the code. The
 //! repository keeps them in `schema/` (checked against this by `tests/schema.rs`).
 
-use schemars::{JsonSchema, generate::SchemaSettings};
+use schemars::JsonSchema;
+use schemars::generate::{Contract, SchemaSettings};
 
 fn of<T: JsonSchema>(title: &str) -> serde_json::Value {
-    let g = SchemaSettings::draft2020_12().into_generator();
+    // What the types write, not what they would read: a field skipped when empty is optional.
+    let g = SchemaSettings::draft2020_12().with(|s| s.contract = Contract::Serialize).into_generator();
     let mut v = g.into_root_schema_for::<T>().to_value();
     if let Some(o) = v.as_object_mut() {
         o.insert("title".into(), title.into());
