@@ -19,8 +19,7 @@ fn schema_dir() -> PathBuf {
 
 fn schema(stem: &str) -> Value {
     let path = schema_dir().join(format!("{stem}.json"));
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .unwrap()
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
 }
 
 /// Checks `v` against `schema/STEM.json`, listing every violation.
@@ -60,7 +59,11 @@ fn committed_schemas_equal_the_types() {
             std::fs::write(&path, &text).unwrap();
         }
         let kept = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(kept == text, "{} differs from what the types generate: run TCPDOCTOR_WRITE_SCHEMAS=1 cargo test --test schema committed", path.display());
+        assert!(
+            kept == text,
+            "{} differs from what the types generate: run TCPDOCTOR_WRITE_SCHEMAS=1 cargo test --test schema committed",
+            path.display()
+        );
         jsonschema::meta::validate(v).unwrap_or_else(|e| panic!("{stem}: not a valid JSON Schema: {e}"));
     }
     let files: BTreeSet<String> = std::fs::read_dir(schema_dir())
@@ -120,7 +123,7 @@ fn live_outputs_are_valid() {
 
     // watch: finding lines while the Nagle server is under load, then the summaries.
     let mut w = tcpdoctor();
-    w.args(["watch", "-i", "lo", "--json", "--duration", "3s", "--interval", "1s", "port", &port]);
+    w.args(["watch", "-i", "lo", "--json", "--duration", "3s", "--summary-every", "1s", "port", &port]);
     let watch = std::thread::spawn(move || run_bounded(w, Duration::from_secs(30)).0);
     std::thread::sleep(Duration::from_millis(700));
     run(&["bench", "-c", "2", "-d", "1s", &nagle], &[0]);
@@ -189,7 +192,10 @@ fn readme_field_lists_match_the_schemas() {
     let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     // Tables: exactly the schema's top-level fields.
     assert_eq!(table_fields(&readme, "`tcpdoctor analyze FILE --json` prints"), top_properties("analyze"));
-    assert_eq!(table_fields(&readme, "`--json` prints one object (schema version 1, as `analyze`)"), top_properties("probe"));
+    assert_eq!(
+        table_fields(&readme, "`--json` prints one object (schema version 1, as `analyze`)"),
+        top_properties("probe")
+    );
     // Prose lists: every schema field is named, nested objects too.
     let bench = paragraph_words(&readme, "`--json` prints one object (schema version 1, `src/report/bench.rs`)");
     for (what, fields) in [
@@ -203,7 +209,8 @@ fn readme_field_lists_match_the_schemas() {
         let missing: Vec<_> = fields.difference(&bench).collect();
         assert!(missing.is_empty(), "README's bench JSON paragraph does not name {what} fields {missing:?}");
     }
-    let trace = paragraph_words(&readme, "`--json` prints one object (schema version 1): `schema`, `version`, `method`");
+    let trace =
+        paragraph_words(&readme, "`--json` prints one object (schema version 1): `schema`, `version`, `method`");
     let missing: Vec<_> = top_properties("trace").into_iter().filter(|f| !trace.contains(f)).collect();
     assert!(missing.is_empty(), "README's trace JSON paragraph does not name {missing:?}");
 }
@@ -214,7 +221,8 @@ fn every_duration_field_says_its_unit() {
     // A number whose name has no unit suffix must say its unit in its description
     // (or in its object's): fields are only added within a version, never renamed.
     let units = ["_ms", "_s", "_us", "_ns", "_pct", "_per_s"];
-    let unit_words = ["ms", " s", "µs", "ns", "%", "/s", "count", "share", "bytes", "0–1", "number", "version", "seconds", "ratio"];
+    let unit_words =
+        ["ms", " s", "µs", "ns", "%", "/s", "count", "share", "bytes", "0–1", "number", "version", "seconds", "ratio"];
     let mut bare = Vec::new();
     for (stem, s) in tcpdoctor::report::schema::all() {
         let mut objects: Vec<(String, &Value)> = vec![(stem.to_string(), &s)];
@@ -238,4 +246,3 @@ fn every_duration_field_says_its_unit() {
     }
     assert!(bare.is_empty(), "numbers without a unit in their name or description: {bare:?}");
 }
-

@@ -810,7 +810,12 @@ impl FamilyArgs {
 
 /// Text to standard output, control characters from elsewhere escaped.
 fn print(s: &str) {
-    output::print(&report::escape::terminal(s));
+    let s = report::escape::terminal(s);
+    match report::width::stdout_width() {
+        // A terminal: lines fit its width; pipes and files get them whole.
+        Some(w) => output::print(&report::width::fit(&s, w)),
+        None => output::print(&s),
+    }
 }
 
 fn output(r: &Report, json: bool) {
@@ -1267,12 +1272,7 @@ fn run_lab(a: LabArgs) -> ExitCode {
         print_json(&rows);
     } else {
         for r in &rows {
-            print(&format!(
-                "{:<18} {:<25} {}\n",
-                r.name,
-                r.url,
-                r.what
-            ));
+            print(&format!("{:<18} {:<25} {}\n", r.name, r.url, r.what));
         }
         if let Some(p) = &path {
             print(&format!("{}\n", p.describe()));

@@ -16,6 +16,7 @@ pub mod schema;
 pub mod style;
 pub(crate) mod text;
 pub mod trace;
+pub mod width;
 
 pub use inspect::InspectReport;
 pub use ladder::{ExchangeTimes, Ladder, Mark, Row, RowKind};
