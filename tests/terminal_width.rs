@@ -43,23 +43,8 @@ fn on_pty(args: &[&str]) -> String {
     String::from_utf8_lossy(&reader.join().unwrap()).replace('\r', "")
 }
 
-/// Columns a line takes: characters, colour codes left out.
-fn columns(line: &str) -> usize {
-    let mut n = 0;
-    let mut esc = false;
-    for ch in line.chars() {
-        match (esc, ch) {
-            (false, '\x1b') => esc = true,
-            (true, c) if c.is_ascii_alphabetic() => esc = false,
-            (true, _) => {}
-            (false, _) => n += 1,
-        }
-    }
-    n
-}
-
-/// The printed characters other than white space, colour codes left out.
-fn visible(text: &str) -> String {
+/// `text` with its colour codes (`ESC [ … letter`) left out.
+fn without_codes(text: &str) -> String {
     let mut s = String::new();
     let mut esc = false;
     for ch in text.chars() {
@@ -67,11 +52,20 @@ fn visible(text: &str) -> String {
             (false, '\x1b') => esc = true,
             (true, c) if c.is_ascii_alphabetic() => esc = false,
             (true, _) => {}
-            (false, c) if !c.is_whitespace() => s.push(c),
-            _ => {}
+            (false, c) => s.push(c),
         }
     }
     s
+}
+
+/// Columns a line takes: characters, colour codes left out.
+fn columns(line: &str) -> usize {
+    without_codes(line).chars().count()
+}
+
+/// The printed characters other than white space, colour codes left out.
+fn visible(text: &str) -> String {
+    without_codes(text).chars().filter(|c| !c.is_whitespace()).collect()
 }
 
 fn widest(text: &str) -> usize {
