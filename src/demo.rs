@@ -47,7 +47,7 @@ pub fn run() -> Result<Vec<(&'static str, Report)>, InputError> {
 }
 
 /// One lab server diagnosed by the live demo.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct Case {
     /// `(a)`, `(b)`, `(c)`, `(d)`.
     pub label: &'static str,
@@ -58,7 +58,7 @@ pub struct Case {
 }
 
 /// The live demo's whole record.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct LiveDemo {
     /// Schema version.
     pub schema: u32,

@@ -366,9 +366,15 @@ struct BenchArgs {
     /// Worker threads.
     #[arg(short = 't', long, default_value_t = 2, value_parser = at_least_one)]
     threads: usize,
-    /// Duration of the test, e.g. 10s, 2m.
-    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_run_length)]
-    duration: Duration,
+    /// Duration of the test, e.g. 10s, 2m (default 10s; with -n, at most 10m unless given).
+    #[arg(short = 'd', long, value_parser = parse_run_length)]
+    duration: Option<Duration>,
+    /// A fixed number of requests (as ab -n): a new connection for each, whose connect counts in its time, unless -k.
+    #[arg(short = 'n', long = "requests", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    requests: Option<u64>,
+    /// With -n: keep-alive, as ab -k. Without -n: skip the certificate check, as --insecure.
+    #[arg(short = 'k')]
+    k: bool,
     /// Per-request timeout: a request without a complete response by then is counted and its connection replaced.
     #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
     timeout: Duration,
@@ -408,9 +414,16 @@ struct BenchArgs {
     /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
-    #[command(flatten)]
-    tls: TlsArgs,
+    /// https: accept any certificate (still encrypted, but the server is not checked), like curl -k.
+    #[arg(long)]
+    insecure: bool,
+    /// https: trust only the CA certificates in this PEM file (at most 4 MiB), not the system's store.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    cacert: Option<PathBuf>,
 }
+
+/// bench's `-n` without `-d`: the longest the requests may take.
+const REQUESTS_CAP: Duration = Duration::from_secs(600);
 
 #[derive(clap::Args)]
 struct ProbeArgs {
@@ -430,6 +443,9 @@ struct ProbeArgs {
     timeout: Duration,
     #[command(flatten)]
     family: FamilyArgs,
+    /// SYN probes (what probe always sends; accepted for hping3 compatibility).
+    #[arg(short = 'S', long = "syn")]
+    _syn: bool,
     /// Time connect() even when raw sockets are allowed.
     #[arg(long)]
     unprivileged: bool,
@@ -632,21 +648,33 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         },
         (None, None) => Vec::new(),
     };
-    let trust = match a.tls.trust() {
+    // -k is ab's keep-alive with -n (ab's habit), else curl's and wrk users' --insecure.
+    let ab = a.requests.is_some();
+    let insecure = a.insecure || (a.k && !ab);
+    if insecure && a.cacert.is_some() {
+        return fail(exit::USAGE, "-k/--insecure and --cacert together: choose one (with -n, -k means keep-alive)");
+    }
+    let tls = TlsArgs { insecure, cacert: a.cacert.clone() };
+    let trust = match tls.trust() {
         Ok(t) => t,
         Err(code) => return code,
     };
+    let duration = a.duration.unwrap_or(if ab { REQUESTS_CAP } else { Duration::from_secs(10) });
+    if ab && a.no_keepalive && a.k {
+        return fail(exit::USAGE, "-k (keep-alive with -n) and --no-keepalive together: choose one");
+    }
     let o = bench::Options {
         url: a.url,
         threads: a.threads,
         connections: a.connections,
-        duration: a.duration,
+        duration,
+        requests: a.requests,
         timeout: a.timeout,
         method: a.method,
         headers: a.headers,
         body,
         rate: a.rate,
-        keepalive: !a.no_keepalive,
+        keepalive: if ab { a.k } else { !a.no_keepalive },
         nodelay: a.nodelay == "on",
         quickack: a.quickack,
         split_writes: a.split_writes,
@@ -656,7 +684,7 @@ fn run_bench(a: BenchArgs) -> ExitCode {
         Ok(h) => h,
         Err(code) => return code,
     };
-    let bar = report::progress::RunBar::new("", a.duration);
+    let bar = report::progress::RunBar::new("", duration);
     tcpdoctor::interrupt::catch();
     let result = bench::run(&o, &mut |t, n| bar.update(t, n));
     drop(bar);
@@ -691,6 +719,9 @@ struct TraceArgs {
     /// Numeric addresses (always the case; accepted for traceroute compatibility).
     #[arg(short = 'n')]
     numeric: bool,
+    /// TCP SYN probes (what trace always sends; accepted for traceroute compatibility).
+    #[arg(short = 'T', long = "tcp")]
+    _tcp: bool,
     /// Largest TTL to try.
     #[arg(short = 'm', long, default_value_t = 30, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
     max_hops: u8,
@@ -713,12 +744,13 @@ struct TraceArgs {
 #[derive(clap::Args)]
 struct CaptureArgs {
     /// Interface to capture on; `any` for all of them (written with Linux cooked headers).
+    /// Default: the route to the filter's host, else the first interface up that is not loopback.
     #[arg(short = 'i', long = "interface", value_name = "IFACE")]
-    iface: String,
+    iface: Option<String>,
     /// Filter, tcpdump-style, e.g. `tcp port 8080 and host 10.0.0.1` (quoted or as separate words).
     #[arg(value_name = "FILTER")]
     filter: Vec<String>,
-    /// Write the packets to this pcap file; `-` for standard output.
+    /// Write the packets to this file (pcapng when it ends in `.pcapng`, else pcap); `-` for standard output.
     #[arg(short = 'w', value_name = "FILE")]
     write: PathBuf,
     /// Stop after this long, e.g. 10s, 2m (default: until Ctrl-C or -c).
@@ -727,6 +759,9 @@ struct CaptureArgs {
     /// Stop after this many packets.
     #[arg(short = 'c', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
+    /// Numeric addresses and ports (`-n`, `-nn`): capture never resolves names; accepted for tcpdump compatibility.
+    #[arg(short = 'n', action = clap::ArgAction::Count)]
+    _numeric: u8,
     /// Bytes kept of each packet (0 means 262144, the most).
     #[arg(short = 's', long, default_value_t = MAX_SNAPLEN, value_name = "N",
           value_parser = clap::value_parser!(u32).range(0..=MAX_SNAPLEN as i64))]
@@ -795,7 +830,12 @@ impl FamilyArgs {
 
 /// Text to standard output, control characters from elsewhere escaped.
 fn print(s: &str) {
-    output::print(&report::escape::terminal(s));
+    let s = report::escape::terminal(s);
+    match report::width::stdout_width() {
+        // A terminal: lines fit its width; pipes and files get them whole.
+        Some(w) => output::print(&report::width::fit(&s, w)),
+        None => output::print(&s),
+    }
 }
 
 fn output(r: &Report, json: bool) {
@@ -1106,7 +1146,11 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
         return match diagnose::verify(&o, after, &mut say, &mut progress) {
             Ok((before, after, c)) => {
                 if json {
-                    print_json(&serde_json::json!({ "before": before, "after": after, "comparison": c }));
+                    print_json(&report::diagnose::DiagnoseOutput::Verified {
+                        before: &before,
+                        after: &after,
+                        comparison: &c,
+                    });
                 } else {
                     print(&report::diagnose::render_comparison(&c));
                 }
@@ -1139,7 +1183,7 @@ fn run_diagnose(a: DiagnoseArgs) -> ExitCode {
         (Ok(r), Some(before)) => {
             let c = report::diagnose::Comparison::new(before, report::diagnose::Summary::of(&r));
             if json {
-                print_json(&serde_json::json!({ "report": r, "comparison": c }));
+                print_json(&report::diagnose::DiagnoseOutput::Compared { report: &r, comparison: &c });
             } else {
                 print(&report::diagnose::render_comparison(&c));
             }
@@ -1204,14 +1248,14 @@ fn run_lab(a: LabArgs) -> ExitCode {
     }
     let cacert = cert.1.1.display().to_string();
     let row = |s: &Server| {
-        let mut r = serde_json::json!({"name": s.name(), "url": s.url(), "what": s.describe()});
+        let mut r = report::lab::LabRow::new(s.name(), s.url(), s.describe());
         if s.url().starts_with("https") {
-            r["cacert"] = cacert.clone().into();
+            r.cacert = Some(cacert.clone());
         }
         r
     };
     let (plain, https): (Vec<&Server>, Vec<&Server>) = servers.iter().partition(|s| !s.url().starts_with("https"));
-    let mut rows: Vec<serde_json::Value> = plain.into_iter().map(row).collect();
+    let mut rows: Vec<report::lab::LabRow> = plain.into_iter().map(row).collect();
     let mut nginxes = Vec::new();
     if a.nginx {
         for (i, on) in [(3, false), (4, true)] {
@@ -1224,12 +1268,14 @@ fn run_lab(a: LabArgs) -> ExitCode {
             };
             match started {
                 Ok(n) => {
-                    rows.push(serde_json::json!({
-                        "name": if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" },
-                        "url": n.url(),
-                        "pid": n.pid(),
-                        "what": format!("Debian's nginx, sendfile on, tcp_nodelay {}", if on { "on (the fix)" } else { "off (the stall)" }),
-                    }));
+                    let what = format!(
+                        "Debian's nginx, sendfile on, tcp_nodelay {}",
+                        if on { "on (the fix)" } else { "off (the stall)" }
+                    );
+                    let name = if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" };
+                    let mut r = report::lab::LabRow::new(name, n.url(), what);
+                    r.pid = Some(n.pid());
+                    rows.push(r);
                     nginxes.push(n);
                 }
                 Err(e) => return fail(exit::INPUT, format!("--nginx: {e}")),
@@ -1239,19 +1285,14 @@ fn run_lab(a: LabArgs) -> ExitCode {
     rows.extend(https.into_iter().map(row));
     if let Some(p) = &path {
         for r in &mut rows {
-            r["namespace"] = p.namespace().name().into();
+            r.namespace = Some(p.namespace().name().to_string());
         }
     }
     if a.json {
         print_json(&rows);
     } else {
         for r in &rows {
-            print(&format!(
-                "{:<18} {:<25} {}\n",
-                r["name"].as_str().unwrap_or(""),
-                r["url"].as_str().unwrap_or(""),
-                r["what"].as_str().unwrap_or("")
-            ));
+            print(&format!("{:<18} {:<25} {}\n", r.name, r.url, r.what));
         }
         if let Some(p) = &path {
             print(&format!("{}\n", p.describe()));
@@ -1303,7 +1344,17 @@ fn run_capture(a: CaptureArgs) -> ExitCode {
         Ok(f) => f,
         Err(code) => return code,
     };
-    let o = LiveOptions { iface: a.iface.clone(), filter, snaplen: a.snaplen };
+    let iface = match a.iface {
+        Some(i) => i,
+        None => match tcpdoctor::capture::live::pick_interface(filter.as_ref()) {
+            Ok(p) => {
+                eprintln!("tcpdoctor: no -i given: capturing on {} ({})", p.iface, p.why);
+                p.iface
+            }
+            Err(e) => return fail(live_exit(&e), e),
+        },
+    };
+    let o = LiveOptions { iface: iface.clone(), filter, snaplen: a.snaplen };
     let mut cap = match LiveCapture::open(&o) {
         Ok(c) => c,
         Err(e) => return fail(live_exit(&e), e),
@@ -1322,9 +1373,10 @@ fn run_capture(a: CaptureArgs) -> ExitCode {
     };
     // SIGTERM and SIGHUP too: however it is stopped, the file is completed.
     tcpdoctor::interrupt::catch_all();
-    eprintln!("tcpdoctor: capturing on {}, link-type {}, snapshot length {} bytes", a.iface, cap.link(), cap.snaplen());
+    eprintln!("tcpdoctor: capturing on {iface}, link-type {}, snapshot length {} bytes", cap.link(), cap.snaplen());
     let deadline = a.duration.map(|d| std::time::Instant::now() + d);
-    let stats = match cap.record(out, tcpdoctor::interrupt::flag(), deadline, a.count) {
+    let format = tcpdoctor::capture::live::FileFormat::for_path(&a.write);
+    let stats = match cap.record_as(format, out, tcpdoctor::interrupt::flag(), deadline, a.count) {
         Ok(s) => s,
         // Standard output's failure is reported by main; a reader that went away ends it quietly.
         Err(LiveError::Write(_)) if name == "-" => return ExitCode::from(exit::OK),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// Everything one `bench` run measured.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct BenchReport {
     /// Schema version ([`super::SCHEMA_VERSION`]).
     pub schema: u32,
@@ -47,6 +47,8 @@ pub struct BenchReport {
     pub max_read_gap: Distribution,
     /// Connection set-up time (new connections).
     pub connect: Distribution,
+    /// ab's "Connection Times" of each request, ms.
+    pub connection_times: ConnectionTimes,
     /// TLS (https URLs): what was negotiated, handshakes; null for http.
     pub tls: Option<TlsReport>,
     /// Completed responses per second, per thread, sampled every 100 ms.
@@ -68,7 +70,7 @@ pub struct BenchReport {
 }
 
 /// The TLS side of a run.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct TlsReport {
     /// `TLSv1.3` or `TLSv1.2` (of the first handshake).
     pub version: String,
@@ -87,7 +89,7 @@ pub struct TlsReport {
 }
 
 /// Latency during one step of a run (percentiles ±6 %).
-#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+#[derive(Clone, Debug, Serialize, Default, PartialEq, schemars::JsonSchema)]
 pub struct TimePoint {
     /// Start of the step, s since the run started.
     pub t_s: f64,
@@ -104,7 +106,7 @@ pub struct TimePoint {
 }
 
 /// Client settings of a run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct BenchOptions {
     /// TCP_NODELAY on the client's sockets.
     pub nodelay: bool,
@@ -118,10 +120,35 @@ pub struct BenchOptions {
     pub rate: Option<f64>,
     /// Per-request timeout, s.
     pub timeout_s: f64,
+    /// A fixed number of requests (`-n`), if any.
+    pub requests: Option<u64>,
+}
+
+/// ab's "Connection Times (ms)": each request's connect (zero on a reused
+/// connection), processing (the rest), waiting (request written → first byte)
+/// and total (from the connect's start on a new connection, else from the
+/// request's; with `-n` this is also `latency`).
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
+pub struct ConnectionTimes {
+    pub connect: PhaseTimes,
+    pub processing: PhaseTimes,
+    pub waiting: PhaseTimes,
+    pub total: PhaseTimes,
+}
+
+/// One row of [`ConnectionTimes`].
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
+pub struct PhaseTimes {
+    pub min_ms: f64,
+    pub mean_ms: f64,
+    /// Standard deviation, ms.
+    pub sd_ms: f64,
+    pub median_ms: f64,
+    pub max_ms: f64,
 }
 
 /// A distribution of durations, ms.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Distribution {
     /// Values recorded.
     pub count: u64,
@@ -146,7 +173,7 @@ pub struct Distribution {
 }
 
 /// Per-thread request rate samples.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct ThreadRate {
     /// Mean, requests/s.
     pub mean: f64,
@@ -159,7 +186,7 @@ pub struct ThreadRate {
 }
 
 /// Errors by kind, as counts.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Errors {
     /// Connections that could not be set up (refused, unreachable, timed out).
     pub connect: u64,
@@ -226,7 +253,10 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
         None => String::new(),
     };
     let d = if r.duration_s.fract() == 0.0 { format!("{}s", r.duration_s) } else { time_ms(r.duration_s * 1e3) };
-    let _ = writeln!(s, "Running {d} test @ {}{mode}", r.url);
+    match r.options.requests {
+        Some(n) => _ = writeln!(s, "Running {n} requests @ {}{mode}", r.url),
+        None => _ = writeln!(s, "Running {d} test @ {}{mode}", r.url),
+    }
     let _ = writeln!(s, "  {} threads and {} connections", r.threads, r.connections);
     let _ = writeln!(s, "  Thread Stats   Avg      Stdev     Max   +/- Stdev");
     let l = &r.latency;
@@ -271,6 +301,9 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
     }
     let _ = writeln!(s, "Requests/sec: {:>10.2}", r.requests_per_s);
     let _ = writeln!(s, "Transfer/sec: {:>10}", bytes(r.bytes_per_s));
+    if latency_table && r.requests > 0 {
+        connection_times(&mut s, &r.connection_times);
+    }
     // What wrk does not show.
     let _ = writeln!(s, "\n  tcpdoctor        p50       p90       p99     p99.9       max");
     let empty = Distribution::default();
@@ -323,6 +356,21 @@ pub fn render(r: &BenchReport, latency_table: bool) -> String {
         let _ = writeln!(s, "{} {n}", super::style::warn("NOTE:"));
     }
     s
+}
+
+/// ab's block, with two decimals (ab rounds to whole ms, which is 0 on a LAN).
+fn connection_times(s: &mut String, t: &ConnectionTimes) {
+    let _ = writeln!(s, "\nConnection Times (ms)");
+    let _ = writeln!(s, "              min   mean[+/-sd]  median      max");
+    for (name, p) in
+        [("Connect:", &t.connect), ("Processing:", &t.processing), ("Waiting:", &t.waiting), ("Total:", &t.total)]
+    {
+        let _ = writeln!(
+            s,
+            "{name:<11} {:>6.2} {:>7.2} {:>6.2} {:>7.2} {:>8.2}",
+            p.min_ms, p.mean_ms, p.sd_ms, p.median_ms, p.max_ms
+        );
+    }
 }
 
 fn on(b: bool) -> &'static str {

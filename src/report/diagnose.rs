@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::fmt::Write;
 
 /// Everything one `diagnose` run measured and concluded.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct DiagnoseReport {
     /// Schema version ([`super::SCHEMA_VERSION`]).
     pub schema: u32,
@@ -46,7 +46,7 @@ pub struct DiagnoseReport {
 }
 
 /// TCP round trip to the port (probe).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RttStep {
     /// `raw_syn` (kernel timestamps) or `connect`.
     pub method: &'static str,
@@ -65,7 +65,7 @@ pub struct RttStep {
 }
 
 /// One bench run, summarised.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct LoadStep {
     /// Connections.
     pub connections: usize,
@@ -137,7 +137,7 @@ impl LoadStep {
 }
 
 /// The live capture taken during the load, analysed like `analyze`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct CaptureStep {
     /// Interface captured on.
     pub interface: String,
@@ -160,7 +160,7 @@ pub struct CaptureStep {
 }
 
 /// The server process found listening on the port.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ServerStep {
     /// Process id.
     pub pid: u32,
@@ -187,7 +187,7 @@ pub struct ServerStep {
 }
 
 /// The conclusion.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Verdict {
     /// `nagle_delayed_ack`, `app_latency`, `network`, `retransmission`,
     /// `syn_retransmission`, `zero_window`, `closed` (nothing listens),
@@ -210,7 +210,7 @@ pub struct Verdict {
 }
 
 /// What a before/after comparison needs of one diagnosis.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct Summary {
     /// The URL diagnosed.
     pub url: String,
@@ -271,14 +271,24 @@ impl Summary {
     }
 }
 
+/// What `diagnose --json` prints: the report; with `--verify URL2` both
+/// reports and their comparison; with `--before FILE` the report and the comparison.
+#[derive(Clone, Copy, Debug, Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum DiagnoseOutput<'a> {
+    Report(&'a DiagnoseReport),
+    Verified { before: &'a DiagnoseReport, after: &'a DiagnoseReport, comparison: &'a Comparison },
+    Compared { report: &'a DiagnoseReport, comparison: &'a Comparison },
+}
+
 /// Before and after a fix (`--verify URL2`, `--before FILE`, the demo).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Comparison {
     /// The diagnosis before the fix.
     pub before: Summary,
     /// The diagnosis after.
     pub after: Summary,
-    /// Median latency under load, before ÷ after.
+    /// Median latency under load, before ÷ after (a ratio).
     pub speedup_p50: f64,
     /// Whether the problem found before is gone after.
     pub fixed: bool,

@@ -6,7 +6,7 @@ use serde::Serialize;
 use std::fmt::Write;
 
 /// What `tcpdoctor inspect` found about one process.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct InspectReport {
     /// Schema version ([`super::SCHEMA_VERSION`]).
     pub schema: u32,
@@ -34,7 +34,7 @@ pub struct InspectReport {
 }
 
 /// What `inspect --trace` recorded with ptrace and what it shows.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Trace {
     /// The window asked for, ms.
     pub requested_ms: f64,
@@ -88,7 +88,7 @@ pub struct Trace {
 }
 
 /// Responses on one kind of socket.
-#[derive(Clone, Debug, Serialize, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Default, PartialEq, Eq, schemars::JsonSchema)]
 pub struct TraceKind {
     /// `accepted` (server side), `outgoing` (client side), `listening` or `unknown`.
     pub role: &'static str,
@@ -107,7 +107,7 @@ pub struct TraceKind {
 }
 
 /// One response and what followed it, call by call.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct TraceExample {
     /// Process holding the socket.
     pub pid: u32,
@@ -128,7 +128,7 @@ pub struct TraceExample {
 }
 
 /// One call of an example.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct TraceLine {
     /// Entry time, ms after the example's first write.
     pub t_ms: f64,
@@ -149,7 +149,7 @@ pub struct TraceLine {
 }
 
 /// The slowdown tracing caused.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct TraceOverhead {
     /// Syscall stops (two per traced syscall: entry and exit), and other stops.
     pub stops: u64,
@@ -180,7 +180,7 @@ pub struct TraceOverhead {
 }
 
 /// The process and the workers inspected with it.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Process {
     /// Process id.
     pub pid: u32,
@@ -199,7 +199,7 @@ pub struct Process {
 }
 
 /// The server software, recognised from the process, and its own knobs.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Software {
     /// `nginx`, `jdk-httpserver`, `java`, `python`, `node`, `go` or `other`.
     pub kind: &'static str,
@@ -217,7 +217,7 @@ pub struct Software {
 }
 
 /// One named setting and its effective value.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Setting {
     /// Name as the software spells it.
     pub name: String,
@@ -228,7 +228,7 @@ pub struct Setting {
 }
 
 /// One TCP socket of the process.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Socket {
     /// Process holding it.
     pub pid: u32,
@@ -262,7 +262,7 @@ pub struct Socket {
 }
 
 /// The `tcp_info` fields that tell a Nagle or delayed-ACK story.
-#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+#[derive(Clone, Debug, Serialize, Default, PartialEq, schemars::JsonSchema)]
 pub struct TcpInfo {
     /// Smoothed round trip, ms.
     pub rtt_ms: f64,
@@ -291,7 +291,7 @@ pub struct TcpInfo {
 }
 
 /// Counts over the sockets.
-#[derive(Clone, Debug, Serialize, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Default, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Summary {
     /// Sockets listed.
     pub sockets: u32,
@@ -353,7 +353,7 @@ fn plural(n: u32) -> &'static str {
 }
 
 /// Host settings and counters.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Host {
     /// How long the counters were watched, ms.
     pub window_ms: f64,
@@ -368,7 +368,7 @@ pub struct Host {
 }
 
 /// One TcpExt counter's increase.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Counter {
     /// Name as in /proc/net/netstat (`DelayedACKs`…).
     pub name: String,
@@ -377,7 +377,7 @@ pub struct Counter {
 }
 
 /// The route to one peer and its ACK-related metrics.
-#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+#[derive(Clone, Debug, Serialize, Default, PartialEq, schemars::JsonSchema)]
 pub struct Route {
     /// Peer address.
     pub peer: String,

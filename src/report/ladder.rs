@@ -6,7 +6,7 @@ use crate::tcp::Side;
 use serde::Serialize;
 
 /// What a row's segment was.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RowKind {
     /// SYN or SYN-ACK.
@@ -28,7 +28,7 @@ pub enum RowKind {
 }
 
 /// Why a row is highlighted.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mark {
     /// The small segment whose ACK Nagle waited for.
@@ -40,7 +40,7 @@ pub enum Mark {
 }
 
 /// One segment.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, schemars::JsonSchema)]
 pub struct Row {
     /// Frame number.
     pub frame: u64,
@@ -55,6 +55,7 @@ pub struct Row {
     pub kind: RowKind,
     /// TCP flags byte, written as tcpdump does (`P.` for PSH+ACK).
     #[serde(serialize_with = "flags_json")]
+    #[schemars(with = "String")]
     pub flags: u8,
     /// Relative sequence number.
     pub seq: i64,
@@ -68,35 +69,48 @@ pub struct Row {
     pub mark: Option<Mark>,
     /// Its TLS records, on a TLS connection.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "tls_json")]
+    #[schemars(with = "Option<TlsRowJson>")]
     pub tls: Option<TlsSegment>,
 }
 
+/// One TLS record of a row, as JSON.
+#[derive(Serialize, schemars::JsonSchema)]
+pub struct TlsRecordJson {
+    /// `handshake`, `application data`, `change_cipher_spec` or `alert`.
+    pub content_type: &'static str,
+    /// What it carries, when more is known than its type (ClientHello, Finished, session ticket…).
+    pub message: Option<String>,
+    /// Record length, bytes.
+    pub length: u32,
+    /// The record began in an earlier segment.
+    pub continued: bool,
+}
+
+/// A row's TLS records, as JSON.
+#[derive(Serialize, schemars::JsonSchema)]
+pub struct TlsRowJson {
+    /// "TLS handshake (ClientHello) 517 B".
+    pub label: String,
+    /// The first records of the segment.
+    pub records: Vec<TlsRecordJson>,
+    /// Records beyond those listed.
+    pub more_records: u16,
+    /// Bytes whose records are not known (beyond the snap length, or after a gap).
+    pub unread_bytes: u32,
+}
+
 fn tls_json<S: serde::Serializer>(t: &Option<TlsSegment>, s: S) -> Result<S::Ok, S::Error> {
-    #[derive(Serialize)]
-    struct Rec {
-        content_type: &'static str,
-        message: Option<String>,
-        length: u32,
-        continued: bool,
-    }
-    #[derive(Serialize)]
-    struct Tls {
-        label: String,
-        records: Vec<Rec>,
-        more_records: u16,
-        unread_bytes: u32,
-    }
     let Some(t) = t else { return s.serialize_none() };
     let records = t
         .records()
         .iter()
-        .map(|r| Rec { content_type: r.type_name(), message: r.message(), length: r.len, continued: r.cont })
+        .map(|r| TlsRecordJson { content_type: r.type_name(), message: r.message(), length: r.len, continued: r.cont })
         .collect();
-    Tls { label: t.label(), records, more_records: t.more, unread_bytes: t.unread }.serialize(s)
+    TlsRowJson { label: t.label(), records, more_records: t.more, unread_bytes: t.unread }.serialize(s)
 }
 
 /// A run of one connection's segments.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Ladder {
     /// Connection id.
     pub connection: String,
@@ -115,7 +129,7 @@ pub struct Ladder {
 }
 
 /// One exchange's latency, split by cause, ms.
-#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq, schemars::JsonSchema)]
 pub struct ExchangeTimes {
     /// Request start → response end, plus the client's side of the path.
     pub total_ms: f64,

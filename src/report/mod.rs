@@ -7,13 +7,16 @@ pub mod diagnose;
 pub mod escape;
 pub mod html;
 pub mod inspect;
+pub mod lab;
 mod ladder;
 pub mod nodelay;
 pub mod probe;
 pub mod progress;
+pub mod schema;
 pub mod style;
 pub(crate) mod text;
 pub mod trace;
+pub mod width;
 
 pub use inspect::InspectReport;
 pub use ladder::{ExchangeTimes, Ladder, Mark, Row, RowKind};
@@ -27,7 +30,7 @@ use serde::Serialize;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Everything `analyze` found.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Report {
     /// Schema version ([`SCHEMA_VERSION`]).
     pub schema: u32,
@@ -55,7 +58,7 @@ pub struct Report {
 }
 
 /// What was read from one input.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Input {
     /// Path as given (`-` for stdin).
     pub file: String,
@@ -84,7 +87,7 @@ pub struct Input {
 }
 
 /// "ip:port" and the role it plays.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct EndpointRole {
     /// `ip:port` (IPv6 as `[addr]:port`).
     pub endpoint: String,
@@ -93,7 +96,7 @@ pub struct EndpointRole {
 }
 
 /// A host and the role it plays.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct HostRole {
     /// IP address.
     pub host: String,
@@ -102,7 +105,7 @@ pub struct HostRole {
 }
 
 /// Percentiles of a duration, ms.
-#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq, schemars::JsonSchema)]
 pub struct Spread {
     /// Median.
     pub p50: f64,
@@ -115,14 +118,14 @@ pub struct Spread {
 }
 
 /// A latency histogram: log-spaced bins (20 per decade, ±6 %), empty bins left out.
-#[derive(Clone, Debug, Serialize, serde::Deserialize, Default, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default, PartialEq, schemars::JsonSchema)]
 pub struct Histogram {
     /// Filled bins, shortest first.
     pub bins: Vec<Bin>,
 }
 
 /// One histogram bin.
-#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Bin {
     /// Lower edge, ms.
     pub lo_ms: f64,
@@ -155,7 +158,7 @@ impl From<&crate::dist::Dist> for Histogram {
 /// One cause, with its evidence.
 // A report holds a few findings, one per endpoint and cause: their size does not matter.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Finding {
     /// Nagle on one side, delayed ACKs on the other.
@@ -207,7 +210,7 @@ impl Finding {
 }
 
 /// `nagle_delayed_ack`: one per endpoint whose segments were held.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct NagleFinding {
     /// The verdict in one sentence.
     pub summary: String,
@@ -266,7 +269,7 @@ pub struct NagleFinding {
 }
 
 /// `retransmission`: grouped by server endpoint and sending side.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RetransFinding {
     /// The verdict in one sentence.
     pub summary: String,
@@ -291,7 +294,7 @@ pub struct RetransFinding {
 }
 
 /// `syn_retransmission`: slow connects.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SynFinding {
     /// The verdict in one sentence.
     pub summary: String,
@@ -314,7 +317,7 @@ pub struct SynFinding {
 }
 
 /// `zero_window`: grouped by server endpoint and the side that closed its window.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ZeroWindowFinding {
     /// The verdict in one sentence.
     pub summary: String,
@@ -333,7 +336,7 @@ pub struct ZeroWindowFinding {
 }
 
 /// `app_latency`: the responder takes long before its first byte.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct AppLatencyFinding {
     /// The verdict in one sentence.
     pub summary: String,
@@ -353,7 +356,7 @@ pub struct AppLatencyFinding {
 }
 
 /// `expect_100_continue`: per client host and server.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ExpectFinding {
     /// The verdict in one sentence.
     pub summary: String,
@@ -380,7 +383,7 @@ pub struct ExpectFinding {
 }
 
 /// `network_latency`: one server whose exchanges are mostly round trips.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct NetworkLatencyFinding {
     /// The verdict in one sentence.
     pub summary: String,
@@ -408,7 +411,7 @@ pub struct NetworkLatencyFinding {
 /// `upstream_wait`: a server whose slow answers each held a whole exchange
 /// of one other server in the capture (request sent after the server's
 /// request ended, answer over before the server began answering).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct UpstreamWaitFinding {
     /// The verdict in one sentence.
     pub summary: String,
@@ -436,7 +439,7 @@ pub struct UpstreamWaitFinding {
 }
 
 /// Where one server's exchange time goes (means per exchange, ms).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Breakdown {
     /// The server.
     pub server: String,
@@ -472,7 +475,7 @@ pub struct Breakdown {
 }
 
 /// One connection's row.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Connection {
     /// Connection number (`--flow ID`); with several files, `file:number`.
     pub id: String,

@@ -5,7 +5,7 @@ use serde::Serialize;
 use std::fmt::Write;
 
 /// One run of `nodelay PID|:PORT on|off|restore`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct NodelayReport {
     /// Schema version ([`super::SCHEMA_VERSION`]).
     pub schema: u32,
@@ -29,7 +29,7 @@ pub struct NodelayReport {
 }
 
 /// The process whose sockets were changed.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct NodelayProcess {
     /// Process id.
     pub pid: u32,
@@ -42,7 +42,7 @@ pub struct NodelayProcess {
 }
 
 /// One socket and what happened to its TCP_NODELAY.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SocketChange {
     /// The process holding it and its descriptor there.
     pub pid: u32,
@@ -185,7 +185,7 @@ pub fn render(r: &NodelayReport) -> String {
 
 /// `diagnose --try-nodelay`: TCP_NODELAY set live on the server, the load
 /// run again with the same parameters, then put back (unless `--keep`).
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct TryNodelay {
     /// Why the experiment did not run (then nothing below is filled in).
     pub not_run: Option<String>,
@@ -227,7 +227,7 @@ pub struct TryNodelay {
 }
 
 /// A load run, in the numbers before/after compares.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct LoadSummary {
     /// Median latency, ms.
     pub p50_ms: f64,

@@ -4,7 +4,7 @@ use serde::Serialize;
 use std::fmt::Write;
 
 /// What `tcpdoctor probe` measured.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ProbeReport {
     /// Schema version ([`super::SCHEMA_VERSION`]).
     pub schema: u32,
@@ -37,7 +37,7 @@ pub struct ProbeReport {
 }
 
 /// One probe's outcome.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ProbeResult {
     /// Probe number, from 0.
     pub seq: u32,
@@ -67,7 +67,7 @@ pub struct ProbeResult {
 }
 
 /// Totals over the probes.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct ProbeSummary {
     /// Probes sent.
     pub sent: u32,

@@ -4,7 +4,7 @@ use serde::Serialize;
 use std::fmt::Write;
 
 /// What `tcpdoctor trace` found on the way to a TCP port.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct TraceReport {
     /// Schema version ([`super::SCHEMA_VERSION`]).
     pub schema: u32,
@@ -40,7 +40,7 @@ pub struct TraceReport {
 }
 
 /// One TTL's probes.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct TraceHop {
     /// The TTL (hop limit) the probes left with.
     pub ttl: u8,
@@ -49,7 +49,7 @@ pub struct TraceHop {
 }
 
 /// One probe's answer.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct TraceProbe {
     /// `time_exceeded` (a router), `open` / `closed` (the destination: SYN-ACK / RST),
     /// `unreachable` (an ICMP destination unreachable) or `none` (silence: `*`).

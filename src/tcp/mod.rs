@@ -14,7 +14,7 @@ use crate::wire::Endpoint;
 pub type ConnId = u32;
 
 /// Which end of a connection sent a segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Side {
     /// The end that opened the connection (sent the SYN).
@@ -48,7 +48,7 @@ impl Side {
 
 /// How the client and server were told apart. Declared strongest evidence
 /// first: the tracker compares them by that order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RoleSource {
     /// From the SYN / SYN-ACK in the capture.
@@ -142,7 +142,7 @@ impl ConnInfo {
 
 /// Where a capture was taken on a connection's path, judged from the round
 /// trips from the capture point to each side.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CapturePoint {
     /// The round trip to the server is at most a quarter of the one to the client.

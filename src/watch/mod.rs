@@ -7,6 +7,7 @@
 //! memory is bounded by [`Options`] whatever passes.
 
 mod http;
+pub mod lines;
 pub mod metrics;
 mod process;
 pub mod render;

@@ -1,9 +1,9 @@
 //! watch's output: a line per finding and a summary table, as text or as
 //! JSON lines (one object per line, `type` `finding` or `summary`).
 
+use super::lines::{EndpointLine, FindingLine, Line, SummaryLine};
 use super::sink::{Finding, Kind, Row};
 use crate::report::text::dur;
-use serde_json::json;
 use std::fmt::Write;
 
 /// The facts at the top of a summary.
@@ -52,14 +52,22 @@ pub fn finding(f: &Finding, json: bool) -> String {
     if !json {
         return format!("{} {}\n", time(f.ts_ns), f.summary);
     }
-    let mut v = serde_json::to_value(f).unwrap_or_default();
-    if let Some(o) = v.as_object_mut() {
-        o.insert("type".into(), json!("finding"));
-        o.insert("time".into(), json!(time(f.ts_ns)));
-        o.remove("ts_ns");
-        o.insert("ts".into(), json!(f.ts_ns as f64 / 1e9));
-    }
-    format!("{v}\n")
+    let line = Line::Finding(FindingLine {
+        schema: crate::report::SCHEMA_VERSION,
+        version: env!("CARGO_PKG_VERSION"),
+        kind_of_line: "finding",
+        time: time(f.ts_ns),
+        ts: f.ts_ns as f64 / 1e9,
+        kind: f.kind,
+        server: f.server.clone(),
+        client: f.client.clone(),
+        role: f.role,
+        ms: f.ms,
+        ack_delay_ms: f.ack_delay_ms,
+        ack_timer: f.ack_timer.clone(),
+        summary: f.summary.clone(),
+    });
+    format!("{}\n", serde_json::to_string(&line).unwrap_or_default())
 }
 
 fn ms_text(ms: f64) -> String {
@@ -70,40 +78,40 @@ fn ms_text(ms: f64) -> String {
 /// summary) the verdict sentences; or one JSON line.
 pub fn summary(h: &Header, rows: &[Row], verdict: &[String], json: bool) -> String {
     if json {
-        let endpoints: Vec<_> = rows
+        let endpoints = rows
             .iter()
             .map(|r| {
                 let c = &r.counts;
-                let found: serde_json::Map<String, serde_json::Value> =
-                    Kind::ALL.iter().map(|k| (k.name().to_string(), json!(c.found[k.idx()]))).collect();
-                json!({
-                    "server": r.server,
-                    "software": r.software,
-                    "exchanges": c.exchanges,
-                    "findings": found,
-                    "p50_ms": c.latency.quantile_ms(0.5),
-                    "p99_ms": c.latency.quantile_ms(0.99),
-                    "time_lost_ms": crate::report::ms(c.lost_ns),
-                    "not_shown": c.suppressed,
-                })
+                EndpointLine {
+                    server: r.server.clone(),
+                    software: r.software.clone(),
+                    exchanges: c.exchanges,
+                    findings: Kind::ALL.iter().map(|k| (k.name().to_string(), c.found[k.idx()])).collect(),
+                    p50_ms: c.latency.quantile_ms(0.5),
+                    p99_ms: c.latency.quantile_ms(0.99),
+                    time_lost_ms: crate::report::ms(c.lost_ns),
+                    not_shown: c.suppressed,
+                }
             })
             .collect();
-        let v = json!({
-            "type": "summary",
-            "final": h.last,
-            "time": time(h.ts_ns),
-            "ts": h.ts_ns as f64 / 1e9,
-            "seconds": (h.seconds * 1e3).round() / 1e3,
-            "packets": h.packets,
-            "kernel_drops": h.drops,
-            "tracked_connections": h.tracked,
-            "evicted_connections": h.evicted,
-            "folded_connections": h.folded,
-            "recycled_endpoints": h.recycled,
-            "endpoints": endpoints,
-            "verdict": verdict,
+        let line = Line::Summary(SummaryLine {
+            schema: crate::report::SCHEMA_VERSION,
+            version: env!("CARGO_PKG_VERSION"),
+            kind_of_line: "summary",
+            last: h.last,
+            time: time(h.ts_ns),
+            ts: h.ts_ns as f64 / 1e9,
+            seconds: (h.seconds * 1e3).round() / 1e3,
+            packets: h.packets,
+            kernel_drops: h.drops,
+            tracked_connections: h.tracked,
+            evicted_connections: h.evicted,
+            folded_connections: h.folded,
+            recycled_endpoints: h.recycled,
+            endpoints,
+            verdict: verdict.to_vec(),
         });
-        return format!("{v}\n");
+        return format!("{}\n", serde_json::to_string(&line).unwrap_or_default());
     }
     let mut s = String::new();
     // Rare, so said only when it happened.

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What kind of trouble a finding is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// A segment held by Nagle until the peer's delayed ACK.
@@ -60,7 +60,7 @@ impl Kind {
 }
 
 /// One finding, as it happens.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct Finding {
     /// When the finding became certain (the held segment, the re-send, the answer…), ns since the epoch.
     pub ts_ns: i64,

@@ -23,6 +23,8 @@
 //! ```
 
 mod bpf;
+mod pcapng;
+mod pick;
 mod ring;
 
 use crate::capture::LinkType;
@@ -104,6 +106,27 @@ impl fmt::Display for LiveError {
 }
 
 impl std::error::Error for LiveError {}
+
+/// The file format [`LiveCapture::record_as`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFormat {
+    /// pcap with the nanosecond magic.
+    Pcap,
+    /// pcapng: one section, one interface (`if_tsresol` 9), enhanced packet blocks.
+    Pcapng,
+}
+
+impl FileFormat {
+    /// pcapng for a name ending in `.pcapng`, as tcpdump's users expect; pcap otherwise.
+    pub fn for_path(path: &std::path::Path) -> FileFormat {
+        match path.extension() {
+            Some(e) if e.eq_ignore_ascii_case("pcapng") => FileFormat::Pcapng,
+            _ => FileFormat::Pcap,
+        }
+    }
+}
+
+pub use pick::{Picked, pick_interface};
 
 /// How frames are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,11 +243,7 @@ impl LiveCapture {
         self.snaplen
     }
 
-    /// Writes pcap (ns) to `out` until `stop` is set, `deadline` passes, or
-    /// `max_packets` is reached. Each call writes a whole pcap stream (file
-    /// header first); packets are written a ring block at a time, so a
-    /// reader of `out` sees them within a few ms. After a stop or the
-    /// deadline, packets the kernel already holds are still written.
+    /// Writes pcap (ns) to `out`: [`record_as`](Self::record_as) with [`FileFormat::Pcap`].
     pub fn record(
         &mut self,
         out: &mut dyn Write,
@@ -232,12 +251,31 @@ impl LiveCapture {
         deadline: Option<Instant>,
         max_packets: Option<u64>,
     ) -> Result<LiveStats, LiveError> {
-        let mut buf = pcap_header(self.snaplen, self.link());
+        self.record_as(FileFormat::Pcap, out, stop, deadline, max_packets)
+    }
+
+    /// Writes pcap or pcapng (ns) to `out` until `stop` is set, `deadline` passes, or
+    /// `max_packets` is reached. Each call writes a whole pcap stream (file
+    /// header first); packets are written a ring block at a time, so a
+    /// reader of `out` sees them within a few ms. After a stop or the
+    /// deadline, packets the kernel already holds are still written.
+    pub fn record_as(
+        &mut self,
+        format: FileFormat,
+        out: &mut dyn Write,
+        stop: &AtomicBool,
+        deadline: Option<Instant>,
+        max_packets: Option<u64>,
+    ) -> Result<LiveStats, LiveError> {
+        let mut buf = match format {
+            FileFormat::Pcap => pcap_header(self.snaplen, self.link()),
+            FileFormat::Pcapng => pcapng::header(self.snaplen, self.link(), &self.iface),
+        };
         let (output, snaplen) = (self.output, self.snaplen);
         let mut scratch = Vec::new();
         let stats = self.pump(stop, deadline, max_packets, &mut |step, stats| match step {
             Step::Frame(f) => {
-                append(&f, output, snaplen, &mut buf, &mut scratch, stats);
+                append(&f, output, snaplen, format, &mut buf, &mut scratch, stats);
                 Ok(())
             }
             Step::Tick => flush(out, &mut buf),
@@ -430,11 +468,12 @@ fn each_frame(
     Ok(())
 }
 
-/// Appends a frame as a pcap record to `buf` (`scratch`: reused room for rebuilt frames).
+/// Appends a frame as a pcap record or pcapng block to `buf` (`scratch`: reused room for rebuilt frames).
 fn append(
     f: &ring::Frame<'_>,
     output: Output,
     snaplen: u32,
+    format: FileFormat,
     buf: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
     stats: &mut LiveStats,
@@ -442,10 +481,17 @@ fn append(
     scratch.clear();
     let (data, orig) = framed(f, output, snaplen, scratch);
     let caplen = data.len() as u32;
-    for w in [f.sec, f.nsec, caplen, orig] {
-        buf.extend_from_slice(&w.to_le_bytes());
+    match format {
+        FileFormat::Pcap => {
+            for w in [f.sec, f.nsec, caplen, orig] {
+                buf.extend_from_slice(&w.to_le_bytes());
+            }
+            buf.extend_from_slice(data);
+        }
+        FileFormat::Pcapng => {
+            pcapng::packet(buf, u64::from(f.sec) * 1_000_000_000 + u64::from(f.nsec), data, orig);
+        }
     }
-    buf.extend_from_slice(data);
     stats.bytes += u64::from(caplen);
 }
 
@@ -473,7 +519,7 @@ mod tests {
         let mut stats = LiveStats::default();
         let mut scratch = Vec::new();
         each_frame(&test_block(frames), max, &mut stats, &mut |f, st| {
-            append(&f, output, snaplen, &mut buf, &mut scratch, st);
+            append(&f, output, snaplen, FileFormat::Pcap, &mut buf, &mut scratch, st);
             Ok(())
         })
         .unwrap();
@@ -523,6 +569,25 @@ mod tests {
         let (pcap, _) = written(Output::Raw, 1000, None, &[f]);
         let (p, _) = crate::capture::all_packets(&pcap).unwrap();
         assert_eq!(network_layer(LinkType::RAW, p[0].data), Network::Ipv4(ip));
+    }
+
+    #[test]
+    fn pcapng_reads_back_with_nanoseconds() {
+        let data = ether();
+        let frames = [Frame { sec: 7, nsec: 123_456_789, len: 40, data: &data[..33], ..Frame::default() }];
+        let mut buf = pcapng::header(1000, LinkType::ETHERNET, "eth0");
+        let (mut scratch, mut stats) = (Vec::new(), LiveStats::default());
+        each_frame(&test_block(&frames), None, &mut stats, &mut |f, st| {
+            append(&f, Output::Ethernet, 1000, FileFormat::Pcapng, &mut buf, &mut scratch, st);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(&buf[..4], &[0x0a, 0x0d, 0x0d, 0x0a]);
+        let (p, _) = crate::capture::all_packets(&buf).unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!((p[0].ts_ns, p[0].data, p[0].orig_len), (7_123_456_789, &data[..33], 40));
+        assert_eq!(FileFormat::for_path("a/b.PCAPNG".as_ref()), FileFormat::Pcapng);
+        assert_eq!(FileFormat::for_path("b.pcap".as_ref()), FileFormat::Pcap);
     }
 
     #[test]

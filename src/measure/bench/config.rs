@@ -41,6 +41,10 @@ pub struct Options {
     pub split_writes: bool,
     /// Which certificates an https server may present.
     pub trust: Trust,
+    /// A fixed number of requests (ab's `-n`): the run ends when they are done
+    /// (completed or failed), or at `duration`. A request sent on a new
+    /// connection then counts from the connect's start, as ab counts.
+    pub requests: Option<u64>,
 }
 
 impl Default for Options {
@@ -60,6 +64,7 @@ impl Default for Options {
             quickack: false,
             split_writes: false,
             trust: Trust::System,
+            requests: None,
         }
     }
 }
@@ -112,6 +117,10 @@ pub(crate) struct Config {
     pub(super) host: String,
     /// Width of one point of latency over time (1 s, or longer to keep ≤ 600 points).
     pub(super) step: Duration,
+    /// `-n`: how many requests in all.
+    pub(super) requests: Option<u64>,
+    /// `-n`: requests handed out so far (to connections of every worker).
+    pub(super) issued: std::sync::atomic::AtomicU64,
     pub(super) notes: Vec<String>,
 }
 
@@ -227,6 +236,9 @@ impl Config {
         if o.threads == 0 {
             return Err(usage("-t must be at least 1".into()));
         }
+        if o.requests == Some(0) {
+            return Err(usage("-n must be at least 1".into()));
+        }
         if o.duration.is_zero() || o.timeout.is_zero() {
             return Err(usage("-d and --timeout must be longer than 0".into()));
         }
@@ -280,6 +292,8 @@ impl Config {
             tls,
             host,
             step: (o.duration / 600).max(Duration::from_secs(1)),
+            requests: o.requests,
+            issued: std::sync::atomic::AtomicU64::new(0),
             notes,
         })
     }

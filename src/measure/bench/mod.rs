@@ -19,7 +19,9 @@ pub use config::{BenchError, MAX_BODY_FILE, Options, Url, check_header, check_me
 
 use crate::dist::{Coarse, Dist};
 use crate::measure::tls::Negotiated;
-use crate::report::bench::{BenchOptions, BenchReport, Distribution, Errors, ThreadRate, TimePoint, TlsReport};
+use crate::report::bench::{
+    BenchOptions, BenchReport, ConnectionTimes, Distribution, Errors, PhaseTimes, ThreadRate, TimePoint, TlsReport,
+};
 use config::Config;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,6 +53,56 @@ pub(crate) struct Stats {
     timeline: Vec<Coarse>,
     /// The first connect, read and write error, in words (errors are counted, not logged).
     first_errors: [Option<String>; 3],
+    /// ab's "Connection Times" per request.
+    times: ConnTimes,
+}
+
+/// ab's "Connection Times" of each request: its connect (zero on a reused
+/// connection), processing (the rest), waiting (last byte written → first
+/// byte read) and total (connect's start, or the request's, → last byte).
+#[derive(Debug, Default)]
+pub(crate) struct ConnTimes {
+    connect: Dist,
+    processing: Dist,
+    waiting: Dist,
+    total: Dist,
+}
+
+impl ConnTimes {
+    fn record(&mut self, connect: Duration, total: Duration, waiting: Duration) {
+        let ns = |d: Duration| d.as_nanos() as i64;
+        self.connect.record(ns(connect));
+        self.processing.record(ns(total.saturating_sub(connect)));
+        self.waiting.record(ns(waiting));
+        self.total.record(ns(total));
+    }
+
+    fn merge(&mut self, o: &ConnTimes) {
+        self.connect.merge(&o.connect);
+        self.processing.merge(&o.processing);
+        self.waiting.merge(&o.waiting);
+        self.total.merge(&o.total);
+    }
+
+    fn report(&self) -> ConnectionTimes {
+        let row = |d: &Dist| {
+            let (mean, sd) = d.mean_stdev_ms();
+            let r = |v: f64| (v * 1e3).round() / 1e3;
+            PhaseTimes {
+                min_ms: r(d.min_ms()),
+                mean_ms: r(mean),
+                sd_ms: r(sd),
+                median_ms: r(d.quantile_ms(0.5)),
+                max_ms: r(d.max_ms()),
+            }
+        };
+        ConnectionTimes {
+            connect: row(&self.connect),
+            processing: row(&self.processing),
+            waiting: row(&self.waiting),
+            total: row(&self.total),
+        }
+    }
 }
 
 impl Stats {
@@ -72,6 +124,7 @@ impl Stats {
             rate_samples: Vec::with_capacity(1024),
             timeline: Vec::new(),
             first_errors: [None, None, None],
+            times: ConnTimes::default(),
         }
     }
 
@@ -108,6 +161,7 @@ impl Stats {
         self.gap.merge(&o.gap);
         self.connect.merge(&o.connect);
         self.handshake.merge(&o.handshake);
+        self.times.merge(&o.times);
         self.handshakes += o.handshakes;
         self.resumed += o.resumed;
         if self.negotiated.is_none() {
@@ -261,8 +315,8 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
             .collect::<Vec<_>>()
     });
     let interrupted = crate::interrupt::requested();
-    // Workers stop at the deadline; only Ctrl-C makes the run shorter.
-    let elapsed = if interrupted { start.elapsed().min(cfg.duration) } else { cfg.duration };
+    // Workers stop at the deadline; only Ctrl-C (or -n's requests all done) makes the run shorter.
+    let elapsed = if interrupted || cfg.requests.is_some() { start.elapsed().min(cfg.duration) } else { cfg.duration };
     let mut all = Stats::new();
     for s in stats {
         // A worker whose loop failed stopped counting: the sums would undercount.
@@ -292,6 +346,7 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
             keepalive: cfg.keepalive,
             rate: cfg.rate,
             timeout_s: cfg.timeout.as_secs_f64(),
+            requests: cfg.requests,
         },
         requests: all.requests,
         bytes_read: all.bytes,
@@ -301,6 +356,7 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
         time_to_first_byte: distribution(&all.ttfb),
         max_read_gap: distribution(&all.gap),
         connect: distribution(&all.connect),
+        connection_times: all.times.report(),
         tls: cfg.tls.as_ref().map(|t| {
             let n = all.negotiated.clone().unwrap_or_default();
             TlsReport {

@@ -56,6 +56,15 @@ struct Conn {
     first_byte: Option<Instant>,
     last_read: Instant,
     max_gap: Duration,
+    /// With `-n`: this connection holds one of the run's requests (taken when it
+    /// connects or sends, given back done when the request completes or fails).
+    ticket: bool,
+    /// Start of the connect that made this connection, until its first request is sent.
+    connect_start: Option<Instant>,
+    /// Connect time of the request in flight (zero on a reused connection).
+    connect_time: Duration,
+    /// When the request's last byte was written (ab's "Waiting" counts from here).
+    written: Instant,
 }
 
 /// The loop's outcome for one connection after an event.
@@ -96,6 +105,10 @@ impl<'a> Worker<'a> {
                     first_byte: None,
                     last_read: start,
                     max_gap: Duration::ZERO,
+                    ticket: false,
+                    connect_start: None,
+                    connect_time: Duration::ZERO,
+                    written: start,
                 }
             })
             .collect();
@@ -127,7 +140,7 @@ impl<'a> Worker<'a> {
         let (mut next_tick, mut next_sample, mut sampled) = (start, start + SAMPLE, 0u64);
         loop {
             let now = Instant::now();
-            if now >= deadline || stop() || fatal.load(Ordering::Relaxed) {
+            if now >= deadline || stop() || fatal.load(Ordering::Relaxed) || self.all_done() {
                 break;
             }
             if now >= next_tick {
@@ -165,6 +178,10 @@ impl<'a> Worker<'a> {
                 fatal.store(true, Ordering::Relaxed);
             }
         }
+        if self.stats.rate_samples.is_empty() && self.stats.requests > 0 {
+            // A run shorter than one sample (-n): its one rate.
+            self.stats.rate_samples.push(self.stats.requests as f64 / start.elapsed().as_secs_f64());
+        }
         for c in &mut self.conns {
             if c.fd >= 0 {
                 sock::close(c.fd);
@@ -176,6 +193,31 @@ impl<'a> Worker<'a> {
             Some(why) => Err(why),
             None => Ok(self.stats),
         }
+    }
+
+    /// With `-n`: takes one of the run's requests for connection `i`; false when none is left.
+    fn take_ticket(&mut self, i: usize) -> bool {
+        let Some(n) = self.cfg.requests else { return true };
+        let c = &mut self.conns[i];
+        if !c.ticket {
+            c.ticket = self.cfg.issued.fetch_add(1, Ordering::Relaxed) < n;
+        }
+        c.ticket
+    }
+
+    /// With `-n`: every request handed out and none in flight here.
+    fn all_done(&self) -> bool {
+        self.cfg
+            .requests
+            .is_some_and(|n| self.cfg.issued.load(Ordering::Relaxed) >= n && self.conns.iter().all(|c| !c.ticket))
+    }
+
+    /// Parks connection `i` for the rest of the run: the `-n` requests are all handed out.
+    fn park(&mut self, i: usize, now: Instant) -> Step {
+        let c = &mut self.conns[i];
+        c.state = if c.fd >= 0 { State::Idle } else { State::Closed };
+        c.next_at = now + Duration::from_secs(365 * 24 * 3600);
+        Step::Continue
     }
 
     /// Timeouts, paced sends and reconnects that are due.
@@ -207,6 +249,8 @@ impl<'a> Worker<'a> {
     fn apply(&mut self, i: usize, step: Step, now: Instant) {
         if let Step::Reconnect(after) = step {
             let c = &mut self.conns[i];
+            // A request that failed is done (ab counts it among -n).
+            c.ticket = false;
             if c.fd >= 0 {
                 sock::close(c.fd);
                 c.fd = -1;
@@ -224,11 +268,15 @@ impl<'a> Worker<'a> {
 
     /// Starts a connection.
     fn open(&mut self, i: usize, now: Instant) -> Step {
+        if !self.take_ticket(i) {
+            return self.park(i, now);
+        }
         match sock::connect(&self.addr, self.cfg.nodelay) {
             Ok((fd, done)) => {
                 let c = &mut self.conns[i];
                 c.fd = fd;
                 c.phase_start = now;
+                c.connect_start = Some(now);
                 c.state = State::Connecting;
                 if self.epoll.add(fd, i as u64).is_err() {
                     self.stats.connect_error(&"epoll_ctl failed");
@@ -245,7 +293,8 @@ impl<'a> Worker<'a> {
 
     fn connected(&mut self, i: usize, now: Instant) -> Step {
         let c = &mut self.conns[i];
-        self.stats.connect.record((now - c.phase_start).as_nanos() as i64);
+        c.connect_time = now - c.phase_start;
+        self.stats.connect.record(c.connect_time.as_nanos() as i64);
         if let Some(t) = &self.cfg.tls {
             match t.connect() {
                 Ok(tls) => c.tls = Some(Box::new(tls)),
@@ -309,10 +358,19 @@ impl<'a> Worker<'a> {
 
     /// Starts writing a request.
     fn send(&mut self, i: usize, now: Instant) -> Step {
+        if !self.take_ticket(i) {
+            return self.park(i, now);
+        }
         let c = &mut self.conns[i];
         // With -R the latency counts from when the request was due, not from when
-        // a late connection got round to it (coordinated omission).
+        // a late connection got round to it (coordinated omission); with -n from the
+        // start of the connect that made a new connection for it (as ab).
         c.origin = if self.interval.is_some() { c.next_at.min(now) } else { now };
+        match c.connect_start.take() {
+            Some(t) if self.cfg.requests.is_some() => c.origin = c.origin.min(t),
+            Some(_) => {}
+            None => c.connect_time = Duration::ZERO,
+        }
         c.phase_start = now;
         c.first_byte = None;
         c.max_gap = Duration::ZERO;
@@ -339,6 +397,7 @@ impl<'a> Worker<'a> {
             let piece = pieces[usize::from(p)];
             if off >= piece.len() {
                 c.state = if p == 0 && !pieces[1].is_empty() { State::Writing(1, 0) } else { State::Reading };
+                c.written = Instant::now();
                 continue;
             }
             let written = match c.tls.as_deref_mut() {
@@ -377,7 +436,8 @@ impl<'a> Worker<'a> {
             State::Writing(..) => {
                 let s = self.write_more(i);
                 if matches!(s, Step::Continue) && self.conns[i].state == State::Reading {
-                    self.read(i, now, flags)
+                    // A clock read after the write: the answer cannot predate it.
+                    self.read(i, Instant::now(), flags)
                 } else {
                     s
                 }
@@ -524,6 +584,10 @@ impl<'a> Worker<'a> {
         st.timeline[slot].record(ns(now - c.origin));
         st.ttfb.record(ns(c.first_byte.unwrap_or(now) - c.origin));
         st.gap.record(ns(c.max_gap));
+        // ab's Total runs from the connect's start: wrk's latency leaves the connect out.
+        let total = now - c.origin + if self.cfg.requests.is_some() { Duration::ZERO } else { c.connect_time };
+        st.times.record(c.connect_time, total, c.first_byte.unwrap_or(now).saturating_duration_since(c.written));
+        c.ticket = false;
         st.requests += 1;
         st.status(status);
         c.state = State::Idle;
