@@ -69,14 +69,15 @@ tarball() { # DIR NAME: NAME.tar.gz of DIR's contents under NAME/
     | gzip -9n >"$out/$2.tar.gz"
 }
 
-# The tarball: binary, manual, completions, licences, README, the systemd unit.
+# The tarball: binary, manual, completions, licences, README, the systemd unit, the JSON Schemas.
 name="tcpdoctor-$version-$target"
 t="$work/$name"
-mkdir -p "$t/completions" "$t/systemd"
+mkdir -p "$t/completions" "$t/systemd" "$t/schema"
 cp "$bin" "$t/"
 cp README.md LICENSE-MIT LICENSE-APACHE "$gen/tcpdoctor.1" "$t/"
 cp "$gen/tcpdoctor.bash" "$gen/_tcpdoctor" "$gen/tcpdoctor.fish" "$t/completions/"
 cp deploy/systemd/tcpdoctor-watch.service deploy/systemd/tcpdoctor.default "$t/systemd/"
+cp schema/*.json "$t/schema/"
 tarball "$t" "$name"
 
 # The .deb (Debian's paths; no maintainer scripts: the service is not enabled).
@@ -91,6 +92,8 @@ install -Dm0644 deploy/systemd/tcpdoctor-watch.service "$d/lib/systemd/system/tc
 install -Dm0644 deploy/systemd/tcpdoctor.default "$d/etc/default/tcpdoctor"
 install -d "$d/usr/share/doc/tcpdoctor"
 gzip -9n <README.md >"$d/usr/share/doc/tcpdoctor/README.md.gz"
+install -d "$d/usr/share/tcpdoctor/schema"
+install -m0644 schema/*.json "$d/usr/share/tcpdoctor/schema/"
 {
   cat <<EOF
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/

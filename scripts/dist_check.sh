@@ -33,7 +33,8 @@ echo "static binary: ok ($(stat -c %s "$bin") bytes; debug file $(stat -c %s dis
 tarball="dist/tcpdoctor-$version-x86_64-unknown-linux-musl.tar.gz"
 list=$(tar -tzf "$tarball")
 for f in tcpdoctor LICENSE-MIT LICENSE-APACHE README.md tcpdoctor.1 completions/tcpdoctor.bash \
-         completions/_tcpdoctor completions/tcpdoctor.fish systemd/tcpdoctor-watch.service systemd/tcpdoctor.default; do
+         completions/_tcpdoctor completions/tcpdoctor.fish systemd/tcpdoctor-watch.service systemd/tcpdoctor.default \
+         schema/analyze.json schema/watch.json; do
   grep -qx "tcpdoctor-$version-x86_64-unknown-linux-musl/$f" <<<"$list" || fail "$tarball lacks $f"
 done
 echo "tarball: ok"
@@ -60,6 +61,7 @@ man -w tcpdoctor | grep -qx /usr/share/man/man1/tcpdoctor.1.gz || fail "man does
 bash -n /usr/share/bash-completion/completions/tcpdoctor
 [ -f /usr/share/zsh/vendor-completions/_tcpdoctor ] && [ -f /usr/share/fish/vendor_completions.d/tcpdoctor.fish ] \
   || fail "zsh or fish completions not installed"
+[ -f /usr/share/tcpdoctor/schema/analyze.json ] || fail "the JSON Schemas are not installed"
 [ -f /lib/systemd/system/tcpdoctor-watch.service ] && [ -f /etc/default/tcpdoctor ] || fail "the unit or its defaults are missing"
 grep -q 'License: Apache-2.0' /usr/share/doc/tcpdoctor/copyright && grep -q 'License: MIT' /usr/share/doc/tcpdoctor/copyright \
   || fail "copyright lacks a licence"
