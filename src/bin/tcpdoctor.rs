@@ -1324,8 +1324,16 @@ fn run_watch(a: WatchArgs) -> ExitCode {
     tcpdoctor::interrupt::catch_all();
     let at = server.as_ref().map(|s| format!(", metrics at http://{}/metrics", s.addr())).unwrap_or_default();
     eprintln!("tcpdoctor: watching {}{what}{at}; a summary every {:?}; Ctrl-C stops", a.iface, a.summary_every);
+    // Which process owns a stalled endpoint: from the kernel when eBPF loads.
+    let owners = match watch::Owners::start() {
+        Ok(o) => Some(o),
+        Err(why) => {
+            eprintln!("tcpdoctor: findings will not name the owning process: eBPF is not available ({why})");
+            None
+        }
+    };
     let mut out = output::Stdout;
-    let r = watch::run(&mut cap, &ro, metrics, tcpdoctor::interrupt::flag(), &mut out);
+    let r = watch::run(&mut cap, &ro, metrics, owners, tcpdoctor::interrupt::flag(), &mut out);
     drop(server);
     match r {
         Ok(_) => ExitCode::from(exit::OK),

@@ -50,7 +50,8 @@ pub fn time(ts_ns: i64) -> String {
 /// One finding: `TIME SUMMARY` or a JSON line.
 pub fn finding(f: &Finding, json: bool) -> String {
     if !json {
-        return format!("{} {}\n", time(f.ts_ns), f.summary);
+        let owner = f.owner.as_ref().map(|o| o.suffix()).unwrap_or_default();
+        return format!("{} {}{owner}\n", time(f.ts_ns), f.summary);
     }
     let mut v = serde_json::to_value(f).unwrap_or_default();
     if let Some(o) = v.as_object_mut() {
