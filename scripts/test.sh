@@ -21,6 +21,7 @@ have capsh && have setcap || need+=(libcap2-bin)
 have go || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 have chromium || need+=(chromium)
 have promtool || need+=(prometheus)
+have bpftool || [ -x /usr/sbin/bpftool ] || need+=(bpftool)
 if [ ${#need[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${need[*]}" >&2
   sudo=""

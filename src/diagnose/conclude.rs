@@ -472,6 +472,7 @@ mod tests {
             write_write_read: 88,
             found: true,
             gap_wwr_ms: Some(43.9),
+            method: "ptrace",
             example: Some(TraceExample {
                 lines: vec![
                     line("writev", "write", Some(7), 238),

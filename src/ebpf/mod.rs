@@ -119,4 +119,22 @@ mod tests {
         assert_eq!(super::TRACE_OBJ, std::fs::read(dir.join("trace.bpf.o")).unwrap());
         assert_eq!(super::OWNERS_OBJ, std::fs::read(dir.join("owners.bpf.o")).unwrap());
     }
+
+    /// Both objects load and attach on this kernel (root; CI must have it).
+    #[test]
+    fn the_objects_load_and_attach_here() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var("CI").is_err(), "CI=true: this test needs root");
+            eprintln!("skipped: needs root");
+            return;
+        }
+        for (obj, progs) in [
+            (super::TRACE_OBJ, &[("trace_exit", "sys_exit"), ("trace_xmit", "net_dev_start_xmit")][..]),
+            (super::OWNERS_OBJ, &[("owner_send", "sock_send_length")][..]),
+        ] {
+            let bpf = super::load(obj, progs).unwrap_or_else(|e| panic!("{e}"));
+            drop(bpf);
+        }
+    }
 }
