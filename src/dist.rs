@@ -51,6 +51,19 @@ impl Dist {
         self.n += 1;
         self.max_us = self.max_us.max(us);
     }
+    /// Records a duration in ns `n` times.
+    pub fn record_n(&mut self, ns: i64, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let us = (ns.max(0) / 1000) as u64;
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS];
+        }
+        self.counts[bucket(us)] += n;
+        self.n += u64::from(n);
+        self.max_us = self.max_us.max(us);
+    }
     /// Adds another distribution.
     pub fn merge(&mut self, other: &Dist) {
         if other.n == 0 {

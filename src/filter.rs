@@ -329,6 +329,8 @@ mod tests {
             len: 0,
             options: TcpOptions::default(),
             payload: &[],
+            ip_id: None,
+            tcp_options: &[],
         }
     }
 

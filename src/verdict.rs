@@ -1,5 +1,11 @@
 //! Turns merged aggregates into findings with plain-language verdicts and fixes.
 
+mod expect;
+mod path;
+
+use expect::expect_finding;
+use path::network_finding;
+
 use crate::analyze::{CountAgg, FileResult, NagleAgg, ServerAgg};
 use crate::report::text::{dur, plural};
 use crate::report::{
@@ -40,12 +46,20 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
     for k in keys {
         findings.push(Finding::ZeroWindow(zero_finding(k.0, k.1, &m.zero[&k])));
     }
+    let mut keys: Vec<_> = m.expect.keys().copied().collect();
+    keys.sort();
+    for k in keys {
+        findings.push(Finding::Expect100Continue(expect_finding(k.0, k.1, &m.expect[&k])));
+    }
     let mut servers: Vec<_> = m.servers.iter().filter(|(_, s)| s.exchanges > 0).collect();
     servers.sort_by_key(|(e, _)| **e);
     let mut breakdown = Vec::new();
     for (ep, s) in servers {
-        if let Some(f) = app_finding(*ep, s) {
+        if let Some(f) = app_finding(*ep, s, tcp_cause_on(&m, *ep)) {
             findings.push(Finding::AppLatency(f));
+        }
+        if let Some(f) = network_finding(*ep, s) {
+            findings.push(Finding::NetworkLatency(f));
         }
         breakdown.push(breakdown_of(*ep, s));
     }
@@ -109,19 +123,38 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<St
     let peer = a.peer.map(|p| p.to_string()).unwrap_or_default();
     let stall = a.stalls.spread();
     let acks = a.acks.spread();
+    let lossy = a.with_loss.spread();
     let (rtt_c, rtt_s) = (a.rtt_to(Side::Client), a.rtt_to(Side::Server));
     let what = if side == Side::Server { "responses" } else { "requests" };
     let sw = software.as_deref().map(|s| format!(", \"{}\"", crate::report::escape::clean(s))).unwrap_or_default();
     // A stall in a request whose response never came is not a finished exchange.
-    let exchanges = exchanges.max(a.stalls.count());
-    let summary = format!(
-        "Nagle + delayed ACK: {} of {exchanges} {what} from {ep} ({}{sw}) were held ~{} until {peer} ({}) sent a delayed ACK; {} lost in total.",
-        a.stalls.count(),
-        side.name(),
-        dur_ms(stall.p50),
-        side.other().name(),
-        dur(a.lost_ns),
-    );
+    let exchanges = exchanges.max(a.stalls.count() + a.with_loss.count());
+    let lost_ns = a.lost_ns.saturating_add(a.with_loss_ns);
+    let lossy_part = |n: u64, more: &str| {
+        format!(
+            "{n} {more}{} {} held ~{} until {ep}'s loss timer sent the held bytes, because the ACK from {peer} (or the small segment) was lost: Nagle + loss, which TCP_NODELAY avoids too",
+            if n == 1 { what.trim_end_matches('s') } else { what },
+            if n == 1 { "was" } else { "were" },
+            dur_ms(lossy.p50),
+        )
+    };
+    let mut summary = if a.stalls.count() > 0 {
+        format!(
+            "Nagle + delayed ACK: {} of {exchanges} {what} from {ep} ({}{sw}) were held ~{} until {peer} ({}) sent a delayed ACK",
+            a.stalls.count(),
+            side.name(),
+            dur_ms(stall.p50),
+            side.other().name(),
+        )
+    } else {
+        format!("Nagle + loss: from {ep} ({}{sw}), ", side.name())
+    };
+    match (a.stalls.count(), a.with_loss.count()) {
+        (_, 0) => {}
+        (0, n) => summary += &lossy_part(n, ""),
+        (_, n) => summary += &format!("; {}", lossy_part(n, "more ")),
+    }
+    summary += &format!("; {} lost in total.", dur(lost_ns));
     NagleFinding {
         summary,
         nagle_side: EndpointRole { endpoint: ep.to_string(), role: side.name() },
@@ -136,8 +169,12 @@ fn nagle_finding(ep: Endpoint, a: &NagleAgg, exchanges: u64, software: Option<St
         capture_point: CapturePoint::from_rtt(rtt_c, rtt_s).name(),
         rtt_to_client_ms: rtt_c.map(ms),
         rtt_to_server_ms: rtt_s.map(ms),
-        time_lost_ms: ms(a.lost_ns),
+        time_lost_ms: ms(lost_ns),
         example_frames: a.examples.clone(),
+        with_loss: a.with_loss.count(),
+        with_loss_ms: lossy,
+        with_loss_time_ms: ms(a.with_loss_ns),
+        with_loss_frames: a.with_loss_examples.clone(),
         fix: nagle_fixes(ep, side, &peer, software.as_deref()),
         server_software: software,
     }
@@ -223,16 +260,33 @@ fn zero_finding(server: Endpoint, from: Side, a: &CountAgg) -> ZeroWindowFinding
     }
 }
 
-fn app_finding(server: Endpoint, s: &ServerAgg) -> Option<AppLatencyFinding> {
+/// Whether a TCP cause was found on `server`'s connections (Nagle on either
+/// side, re-sends, slow connects, closed windows, or stall or loss time).
+fn tcp_cause_on(m: &FileResult, server: Endpoint) -> bool {
+    let on_server = |k: &(Endpoint, Side)| k.0 == server;
+    m.nagle.iter().any(|(ep, a)| *ep == server || (a.side == Some(Side::Client) && a.peer == Some(server.ip)))
+        || m.retrans.keys().any(on_server)
+        || m.syn.keys().any(on_server)
+        || m.zero.keys().any(on_server)
+        || m.servers.get(&server).is_some_and(|s| s.sum_stall > 0 || s.sum_loss > 0)
+}
+
+fn app_finding(server: Endpoint, s: &ServerAgg, tcp_cause: bool) -> Option<AppLatencyFinding> {
     // Worth a finding when at least a tenth of the exchanges waited on the application.
     if s.slow == 0 || s.slow * 10 < s.exchanges {
         return None;
     }
     let think = s.think.spread();
     let rtt = s.sum_network / s.exchanges.max(1) as i64;
+    // Never "not in TCP" when TCP also cost time here: that time is counted apart.
+    let whose = if tcp_cause {
+        "this is the server application's own time; the TCP causes on this server are listed apart and not counted in it"
+    } else {
+        "the time is in the server application, not in TCP"
+    };
     Some(AppLatencyFinding {
         summary: format!(
-            "Application latency: {server} spent {} (p50; p90 {}) of application time, before its first response byte or pausing mid-response, in {} of {} exchanges, while the network round trip is {}: the time is in the server application, not in TCP.",
+            "Application latency: {server} spent {} (p50; p90 {}) of application time, before its first response byte or pausing mid-response, in {} of {} exchanges, while the network round trip is {}: {whose}.",
             dur_ms(think.p50),
             dur_ms(think.p90),
             s.slow,
@@ -258,6 +312,7 @@ fn breakdown_of(server: Endpoint, s: &ServerAgg) -> Breakdown {
         total_spread_ms: s.total.spread(),
         network_ms: ms(s.sum_network / n),
         think_ms: ms(s.sum_think / n),
+        client_wait_ms: ms(s.sum_client / n),
         transfer_ms: ms(s.sum_transfer / n),
         stall_ms: ms(s.sum_stall / n),
         loss_ms: ms(s.sum_loss / n),
@@ -265,14 +320,14 @@ fn breakdown_of(server: Endpoint, s: &ServerAgg) -> Breakdown {
     }
 }
 
-fn dur_ms(x: f64) -> String {
+pub(crate) fn dur_ms(x: f64) -> String {
     dur((x * 1e6) as i64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detect::Stall;
+    use crate::detect::{Exchange, Stall, Times};
 
     /// Stalls of a server captured next to it, 80 ms from the client whose timer is 42 ms.
     #[test]
@@ -289,6 +344,7 @@ mod tests {
                 ack_delay_ns: timer,
                 ack_seen_ns: timer + path,
                 stall_ns: timer + path,
+                timer: false,
             };
             a.add([10, 0, 0, 2].into(), &s);
         }
@@ -308,8 +364,90 @@ mod tests {
             ack_delay_ns: 1,
             ack_seen_ns: 1,
             stall_ns: 1,
+            timer: false,
         };
         a.add([10, 0, 0, 2].into(), &s);
         assert_eq!(nagle_finding(ep, &a, 6, None).nagle_side.role, "server");
+    }
+
+    fn app_summary(with_nagle: bool) -> String {
+        let server = Endpoint { ip: [127, 0, 0, 1].into(), port: 8080 };
+        let mut m = FileResult::default();
+        let s = m.servers.entry(server).or_default();
+        for _ in 0..10 {
+            let t = Times { think: 50_000_000, total: 50_000_000, ..Times::default() };
+            s.add_exchange(&t, &Exchange::default());
+        }
+        if with_nagle {
+            let st = Stall {
+                nagle: Side::Server,
+                small_frame: 1,
+                ack_frame: 2,
+                held_frame: 3,
+                ack_delay_ns: 40_000_000,
+                ack_seen_ns: 40_000_000,
+                stall_ns: 40_000_000,
+                timer: false,
+            };
+            m.nagle.entry(server).or_default().add([127, 0, 0, 2].into(), &st);
+        }
+        let r = build(m, Vec::new());
+        r.findings.iter().find(|f| matches!(f, Finding::AppLatency(_))).expect("app latency").summary().to_string()
+    }
+
+    /// "not in TCP" only when no TCP cause was found on the same server.
+    #[test]
+    fn app_latency_never_says_not_in_tcp_beside_a_tcp_cause() {
+        assert!(app_summary(false).ends_with("the time is in the server application, not in TCP."));
+        let s = app_summary(true);
+        assert!(!s.contains("not in TCP") && s.contains("listed apart"), "{s}");
+    }
+
+    fn nagle_of(plain: u64, lossy: u64) -> NagleFinding {
+        let server = Endpoint { ip: [127, 0, 0, 1].into(), port: 8080 };
+        let mut m = FileResult::default();
+        let a = m.nagle.entry(server).or_default();
+        for k in 0..plain + lossy {
+            let timer = k >= plain;
+            let st = Stall {
+                nagle: Side::Server,
+                small_frame: 5 * k + 1,
+                ack_frame: if timer { 0 } else { 5 * k + 2 },
+                held_frame: 5 * k + 3,
+                ack_delay_ns: if timer { 0 } else { 44_000_000 },
+                ack_seen_ns: if timer { 0 } else { 44_000_000 },
+                stall_ns: if timer { 232_000_000 } else { 44_000_000 },
+                timer,
+            };
+            a.add([127, 0, 0, 2].into(), &st);
+        }
+        match build(m, Vec::new()).findings.into_iter().next() {
+            Some(Finding::NagleDelayedAck(n)) => n,
+            f => panic!("{f:?}"),
+        }
+    }
+
+    /// Holds the loss timer released are counted apart from plain stalls, and both cost Nagle.
+    #[test]
+    fn nagle_plus_loss_is_counted_apart() {
+        let n = nagle_of(29, 2);
+        assert_eq!((n.stalls, n.with_loss), (29, 2));
+        assert!((43.0..45.0).contains(&n.stall_ms.p50) && (43.0..45.0).contains(&n.ack_delay_ms.max), "{n:?}");
+        assert!((231.0..233.0).contains(&n.with_loss_ms.p50), "{n:?}");
+        assert_eq!(n.with_loss_frames, [146, 148, 151, 153]);
+        assert!(
+            (n.time_lost_ms - (29.0 * 44.0 + 2.0 * 232.0)).abs() < 0.01 && (n.with_loss_time_ms - 464.0).abs() < 0.01
+        );
+        assert!(
+            n.summary.contains("29 of 31 responses") && n.summary.contains("2 more responses were held ~231.9 ms"),
+            "{}",
+            n.summary
+        );
+        let only = nagle_of(0, 1);
+        assert!(
+            only.summary.starts_with("Nagle + loss: from 127.0.0.1:8080 (server), 1 response was held"),
+            "{}",
+            only.summary
+        );
     }
 }

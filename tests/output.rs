@@ -227,7 +227,7 @@ fn lab_on(base: u16) -> Option<(Proc, Vec<(String, String)>)> {
     let mut c = tcpdoctor()
         .args(["lab", "--json", "--nginx", "-d", "300s", "-p", &base.to_string()])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
     let out = std::io::BufReader::new(c.stdout.take().unwrap());
@@ -257,11 +257,13 @@ fn lab_nginx_never_writes_through_a_planted_directory() {
     let pid_victim = safe.path().join("pid-victim");
     std::fs::write(&conf_victim, "root's config").unwrap();
     std::fs::write(&pid_victim, "root's pid file").unwrap();
-    // lab takes five ports from -p on: retry when another test took one meanwhile.
-    let (lab, servers, dirs) = (0..5)
-        .find_map(|_| {
-            let base = free_port().clamp(1024, 60000);
-            let free = (base..base + 5).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
+    // lab takes seven ports from -p on. Bases come from below the kernel's
+    // ephemeral range, where other tests' client sockets never land; retry when
+    // another test's server took one meanwhile.
+    let (lab, servers, dirs) = (0..20u16)
+        .find_map(|i| {
+            let base = 20000 + (std::process::id() as u16 % 1000) * 10 + i * 7;
+            let free = (base..base + 7).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
             if !free {
                 return None;
             }
@@ -274,7 +276,7 @@ fn lab_nginx_never_writes_through_a_planted_directory() {
                 }
             }
         })
-        .expect("lab --nginx started within 5 tries");
+        .expect("lab --nginx started within 20 tries");
     // nginx's prefix (-p DIR) is a fresh directory only root can enter.
     let url = common::url_of(&servers, "nginx-nodelay-off");
     let nginx = tcpdoctor::inspect::find_listener(common::port_of(url)).unwrap().expect("nginx listens");

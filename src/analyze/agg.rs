@@ -49,9 +49,9 @@ impl<const N: usize> Kept<N> {
 }
 
 /// Endpoints (or endpoint and side) each per-file map keeps aggregates for.
-/// Each costs one to three histograms (13 KiB each), so a stream of endless
+/// Each costs one to four histograms (13 KiB each), so a stream of endless
 /// distinct servers, or of client-side Nagle stalls from endless client ports,
-/// stays within ~60 MiB in all; observations of further endpoints are counted
+/// stays within ~75 MiB in all; observations of further endpoints are counted
 /// and dropped.
 pub(crate) const MAX_ENDPOINTS: usize = 512;
 
@@ -87,6 +87,10 @@ pub(crate) struct NagleAgg {
     pub(crate) exchanges: u64,
     pub(crate) connections: u64,
     pub(crate) examples: Vec<u64>,
+    /// Nagle + loss: holds released by the sender's loss timer.
+    pub(crate) with_loss: Dist,
+    pub(crate) with_loss_ns: i64,
+    pub(crate) with_loss_examples: Vec<u64>,
 }
 
 #[derive(Default)]
@@ -97,9 +101,17 @@ pub(crate) struct ServerAgg {
     pub(crate) sum_total: i64,
     pub(crate) sum_network: i64,
     pub(crate) sum_think: i64,
+    pub(crate) sum_client: i64,
     pub(crate) sum_transfer: i64,
     pub(crate) sum_stall: i64,
     pub(crate) sum_loss: i64,
+    /// Round trips per exchange, each times the exchange's RTT, summed.
+    pub(crate) sum_path: i64,
+    pub(crate) rounds: u64,
+    /// The exchanges' client ↔ server round trip (each connection's last
+    /// estimate, once per exchange: recorded as the connection closes).
+    pub(crate) rtt: Dist,
+    pub(crate) path_examples: Vec<u64>,
     pub(crate) slow: u64,
     pub(crate) slow_think_ns: i64,
     pub(crate) slow_examples: Vec<u64>,
@@ -114,6 +126,8 @@ pub(crate) struct CountAgg {
     pub(crate) unanswered: u64,
     pub(crate) retries: u64,
     pub(crate) connections: u64,
+    /// `Expect` waits whose head the snap length cut before the header.
+    pub(crate) inferred: u64,
     pub(crate) dist: Dist,
     pub(crate) lost_ns: i64,
     pub(crate) examples: Vec<u64>,
@@ -128,6 +142,8 @@ pub(crate) struct FileResult {
     pub(crate) retrans: FxHashMap<(Endpoint, Side), CountAgg>,
     pub(crate) syn: FxHashMap<(Endpoint, Side), CountAgg>,
     pub(crate) zero: FxHashMap<(Endpoint, Side), CountAgg>,
+    /// `Expect: 100-continue` waits, per (client host, server).
+    pub(crate) expect: FxHashMap<(IpAddr, Endpoint), CountAgg>,
     pub(crate) conns: Vec<report::Connection>,
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
@@ -157,6 +173,12 @@ impl NagleAgg {
         self.votes[s.nagle.idx()] += 1;
         self.side = Some(self.majority());
         self.peer = Some(peer);
+        if s.timer {
+            self.with_loss.record(s.stall_ns);
+            self.with_loss_ns = self.with_loss_ns.saturating_add(s.stall_ns);
+            push_example(&mut self.with_loss_examples, &[s.small_frame, s.held_frame], 2);
+            return;
+        }
         self.stalls.record(s.stall_ns);
         self.acks.record(s.ack_delay_ns);
         self.seen.record(s.ack_seen_ns);
@@ -195,9 +217,15 @@ impl ServerAgg {
         self.sum_total = self.sum_total.saturating_add(t.total);
         self.sum_network = self.sum_network.saturating_add(t.network);
         self.sum_think = self.sum_think.saturating_add(t.think);
+        self.sum_client = self.sum_client.saturating_add(t.client);
         self.sum_transfer = self.sum_transfer.saturating_add(t.transfer);
         self.sum_stall = self.sum_stall.saturating_add(t.stall);
         self.sum_loss = self.sum_loss.saturating_add(t.loss);
+        // Round trips cannot take longer than the exchange did.
+        let path = t.network.saturating_mul(i64::from(x.rounds.max(1))).min(t.total);
+        self.sum_path = self.sum_path.saturating_add(path);
+        self.rounds += u64::from(x.rounds.max(1));
+        push_example(&mut self.path_examples, &[x.first_frame, x.last_frame], 2);
         if t.think >= SLOW_THINK_NS {
             self.slow += 1;
             self.slow_think_ns = self.slow_think_ns.saturating_add(t.think);
@@ -230,6 +258,16 @@ impl CountAgg {
         self.unanswered += u64::from(!answered);
         self.dist.record(delay_ns);
         self.lost_ns = self.lost_ns.saturating_add(delay_ns);
+        push_example(&mut self.examples, &frames, 2);
+    }
+
+    /// Adds a request body that waited `wait_ns` for `100 Continue` (`first`: the first on its connection).
+    pub(crate) fn add_expect(&mut self, wait_ns: i64, frames: [u64; 2], first: bool, header_seen: bool) {
+        self.events += 1;
+        self.inferred += u64::from(!header_seen);
+        self.connections += u64::from(first);
+        self.dist.record(wait_ns);
+        self.lost_ns = self.lost_ns.saturating_add(wait_ns);
         push_example(&mut self.examples, &frames, 2);
     }
 
@@ -266,6 +304,7 @@ impl CountAgg {
         self.unanswered += o.unanswered;
         self.retries += o.retries;
         self.connections += o.connections;
+        self.inferred += o.inferred;
         self.dist.merge(&o.dist);
         self.lost_ns = self.lost_ns.saturating_add(o.lost_ns);
     }
@@ -281,6 +320,7 @@ impl FileResult {
                 m.remove(&(server, side));
             }
         }
+        self.expect.retain(|k, _| k.1 != server);
     }
 
     /// Adds another file's results (its input summary goes to `inputs`).
@@ -303,6 +343,9 @@ impl FileResult {
             a.exchanges += b.exchanges;
             a.connections += b.connections;
             merge_examples(&mut a.examples, &b.examples, 3);
+            a.with_loss.merge(&b.with_loss);
+            a.with_loss_ns = a.with_loss_ns.saturating_add(b.with_loss_ns);
+            merge_examples(&mut a.with_loss_examples, &b.with_loss_examples, 2);
         });
         merge_map(&mut self.servers, f.servers, |a, b| {
             a.exchanges += b.exchanges;
@@ -311,9 +354,14 @@ impl FileResult {
             a.sum_total = a.sum_total.saturating_add(b.sum_total);
             a.sum_network = a.sum_network.saturating_add(b.sum_network);
             a.sum_think = a.sum_think.saturating_add(b.sum_think);
+            a.sum_client = a.sum_client.saturating_add(b.sum_client);
             a.sum_transfer = a.sum_transfer.saturating_add(b.sum_transfer);
             a.sum_stall = a.sum_stall.saturating_add(b.sum_stall);
             a.sum_loss = a.sum_loss.saturating_add(b.sum_loss);
+            a.sum_path = a.sum_path.saturating_add(b.sum_path);
+            a.rounds += b.rounds;
+            a.rtt.merge(&b.rtt);
+            merge_examples(&mut a.path_examples, &b.path_examples, 2);
             a.slow += b.slow;
             a.slow_think_ns = a.slow_think_ns.saturating_add(b.slow_think_ns);
             merge_examples(&mut a.slow_examples, &b.slow_examples, 2);
@@ -329,6 +377,10 @@ impl FileResult {
                 a.absorb(b);
             });
         }
+        merge_map(&mut self.expect, f.expect, |a, b| {
+            merge_examples(&mut a.examples, &b.examples, 2);
+            a.absorb(b);
+        });
         self.conns.extend(f.conns);
         self.conns_omitted += f.conns_omitted;
         for (r, l) in f.stalled.0 {

@@ -34,6 +34,9 @@ struct Acc {
     server_slot: Option<usize>,
     exchanges: u64,
     stalls: [u64; 2],
+    /// Nagle + loss holds (the loss timer sent the held segment), per side.
+    held_loss: [u64; 2],
+    expect_waits: u64,
     retrans: u64,
     lost_ns: i64,
     /// The current exchange's first rows, and its stall so far.
@@ -107,6 +110,14 @@ impl<'o> Collector<'o> {
                     None => self.r.dropped += 1,
                 }
             }
+            Observation::ExpectWait { wait_ns, frames, header_seen } => {
+                st.expect_waits += 1;
+                st.lost_ns = st.lost_ns.saturating_add(wait_ns);
+                match bounded_entry(&mut self.r.expect, (info.client.ip, info.server)) {
+                    Some(a) => a.add_expect(wait_ns, frames, st.expect_waits == 1, header_seen),
+                    None => self.r.dropped += 1,
+                }
+            }
             Observation::ZeroWindow { from, duration_ns, frames } => {
                 st.lost_ns = st.lost_ns.saturating_add(duration_ns);
                 match bounded_entry(&mut self.r.zero, (info.server, from)) {
@@ -118,15 +129,20 @@ impl<'o> Collector<'o> {
     }
 
     fn stall(&mut self, info: &ConnInfo, st: &mut Acc, s: Stall) {
-        st.stalls[s.nagle.idx()] += 1;
         st.lost_ns = st.lost_ns.saturating_add(s.stall_ns);
-        st.cur_stall = st.cur_stall.saturating_add(s.stall_ns);
         // Only connections that never stalled offer their slowest exchange.
         st.slowest = None;
         match bounded_entry(&mut self.r.nagle, info.endpoint(s.nagle)) {
             Some(a) => a.add(info.endpoint(s.nagle.other()).ip, &s),
             None => self.r.dropped += 1,
         }
+        if s.timer {
+            // Counted apart; the stalled-exchange ladders show plain stalls.
+            st.held_loss[s.nagle.idx()] += 1;
+            return;
+        }
+        st.stalls[s.nagle.idx()] += 1;
+        st.cur_stall = st.cur_stall.saturating_add(s.stall_ns);
         for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
             for r in rows.iter_mut() {
                 if r.frame == s.small_frame {
@@ -208,6 +224,7 @@ fn exchange_times(t: &Times) -> ExchangeTimes {
         total_ms: report::ms(t.total),
         network_ms: report::ms(t.network),
         think_ms: report::ms(t.think),
+        client_wait_ms: report::ms(t.client),
         transfer_ms: report::ms(t.transfer),
         stall_ms: report::ms(t.stall),
         loss_ms: report::ms(t.loss),
@@ -259,8 +276,8 @@ impl Sink<ConnState> for Collector<'_> {
             }
         }
         let mut held = false;
-        det.step(info, ev, seg.payload, &mut |o| {
-            held |= matches!(o, Observation::Stall(_));
+        det.step(info, ev, seg, &mut |o| {
+            held |= matches!(o, Observation::Stall(s) if !s.timer);
             self.observe(info, st, o);
         });
         if st.cur.len() < EXCHANGE_ROWS || st.flow.is_some() {
@@ -319,9 +336,10 @@ impl Sink<ConnState> for Collector<'_> {
             if server.software.is_none() {
                 server.software = det.server_software.take();
             }
+            server.rtt.record_n(info.rtt(), u32::try_from(st.exchanges).unwrap_or(u32::MAX));
         }
         for side in [Side::Client, Side::Server] {
-            if st.stalls[side.idx()] > 0
+            if st.stalls[side.idx()] + st.held_loss[side.idx()] > 0
                 && let Some(a) = self.r.nagle.get_mut(&info.endpoint(side))
             {
                 a.exchanges += st.exchanges;

@@ -1,19 +1,32 @@
 //! Request/response exchanges: a run of new client bytes, then a run of new
 //! server bytes. The next client bytes (or the end) close the exchange.
 //!
-//! Inside a response, a gap before the next segment is the application's
-//! (a "pause") unless the server was waiting: for a client ACK (the segment
-//! follows it within the round trip to the server) or held by Nagle.
+//! A gap before the next segment of the message being sent is, in order:
+//! - a Nagle stall, when the segment was held until a delayed ACK;
+//! - loss, when the segment is a re-send, was sent by the sender's loss
+//!   timer (a probe, Nagle + loss included), or comes after a gap as long as
+//!   a loss timer and after something of the sender's that went missing
+//!   before the capture point (bytes it skips, or a packet its IP ID skips:
+//!   then it is most likely the re-send);
+//! - network, when it follows the receiver's ACK within the round trip to
+//!   the sender (flow control, congestion window): one more round trip;
+//! - else the sender's own pause: the server application inside its response
+//!   (think time), or the client inside its request (e.g. waiting for `100
+//!   Continue`), which is never the server's.
+//!
+//! The wait before the first response byte is think time, unless that byte
+//! follows something missing after a loss timer's gap: then the first bytes were lost.
 
+use super::timer::{LOSS_TIMER_MIN_NS, Release};
 use super::{Exchange, Stall};
 use crate::tcp::{DataClass, Event, EventKind, Side};
 
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Phase {
     #[default]
     Idle,
-    Request(Exchange),
-    Response(Exchange),
+    Request,
+    Response,
 }
 
 /// Gaps shorter than this are scheduling noise, not pauses.
@@ -23,81 +36,164 @@ pub const PAUSE_MIN_NS: i64 = 2_000_000;
 #[derive(Debug, Default)]
 pub struct Exchanges {
     phase: Phase,
-    /// Last pure ACK from the client while the response was being sent.
-    client_ack_ts: Option<i64>,
+    /// The exchange under way (request, or response): changed in place, as
+    /// this runs on every data segment.
+    x: Exchange,
+    /// Last pure ACK from the side receiving the message being sent.
+    peer_ack_ts: Option<i64>,
+    /// End of each side's highest new bytes (0 before any: the first byte is
+    /// relative sequence 1, handshake captured or not).
+    hi: [i64; 2],
+    /// Last new request segment (a re-sent one may have been needless).
+    req_new_last: i64,
+}
+
+/// Where a gap before a segment that continues a message goes.
+enum Charge {
+    Stall(i64),
+    Loss(i64),
+    /// One more round trip: the sender waited for the receiver's ACK.
+    Round,
+    /// The sender's own pause.
+    Pause(i64),
+    Nothing,
+}
+
+impl Charge {
+    /// Adds it to the message's stall, its sender's pause, the loss or the round trips.
+    #[inline]
+    fn add(self, stall: &mut i64, pause: &mut i64, loss: &mut i64, rounds: &mut u32) {
+        match self {
+            Charge::Stall(n) => *stall = stall.saturating_add(n),
+            Charge::Loss(n) => *loss = loss.saturating_add(n),
+            Charge::Round => *rounds += 1,
+            Charge::Pause(n) => *pause = pause.saturating_add(n),
+            Charge::Nothing => {}
+        }
+    }
 }
 
 impl Exchanges {
-    /// Feeds one event (and the stall the Nagle detector found on it, if any).
+    /// Feeds one event, the stall the Nagle detector found on it (if any),
+    /// what the loss timer and IP IDs say of it, and the round trips from the
+    /// capture point to [client, server] (ns).
     #[inline]
-    pub fn step(&mut self, ev: &Event, stall: Option<&Stall>, rtt_to_server: i64) -> Option<Exchange> {
-        if ev.kind == EventKind::Ack && ev.from == Side::Client && matches!(self.phase, Phase::Response(_)) {
-            self.client_ack_ts = Some(ev.ts_ns);
-            return None;
-        }
-        if let EventKind::Data { class: DataClass::Retransmission { .. }, .. } = ev.kind {
-            // Lost bytes of the message being sent: the wait for their re-send is loss time.
-            match (&mut self.phase, ev.from) {
-                (Phase::Request(x), Side::Client) => {
-                    x.loss = x.loss.saturating_add((ev.ts_ns - x.req_last).max(0));
-                    x.req_last = x.req_last.max(ev.ts_ns);
+    pub fn step(&mut self, ev: &Event, stall: Option<&Stall>, release: Release, rtt: [i64; 2]) -> Option<Exchange> {
+        match ev.kind {
+            EventKind::Data { seq, len, class: DataClass::New } => self.new_data(ev, seq, len, stall, release, rtt),
+            EventKind::Ack => {
+                if matches!((self.phase, ev.from), (Phase::Response, Side::Client) | (Phase::Request, Side::Server)) {
+                    self.peer_ack_ts = Some(ev.ts_ns);
                 }
-                (Phase::Response(x), Side::Server) => {
-                    x.loss = x.loss.saturating_add((ev.ts_ns - x.resp_last).max(0));
-                    x.resp_last = x.resp_last.max(ev.ts_ns);
-                    x.last_frame = ev.frame;
-                }
-                _ => {}
-            }
-            return None;
-        }
-        let EventKind::Data { len, class: DataClass::New, .. } = ev.kind else {
-            return None;
-        };
-        let t = ev.ts_ns;
-        let bytes = u64::from(len);
-        let held = stall.map_or(0, |s| s.stall_ns);
-        // Mutate in place: this runs on every data segment.
-        match (&mut self.phase, ev.from) {
-            (Phase::Request(x), Side::Client) => {
-                x.req_last = t;
-                x.req_bytes += bytes;
-                x.req_stall = x.req_stall.saturating_add(held);
                 None
             }
-            (Phase::Response(x), Side::Server) => {
-                // Released by an ACK (flow control, congestion window, Nagle):
-                // the segment follows that ACK within the round trip to the server.
-                let released = matches!(self.client_ack_ts,
-                    Some(a) if a > x.resp_last && t - a <= 2 * rtt_to_server + super::nagle::PROMPT_SLACK_NS);
-                let pause = t - x.resp_last;
-                if held == 0 && !released && pause >= PAUSE_MIN_NS {
-                    x.resp_pause = x.resp_pause.saturating_add(pause);
-                }
+            EventKind::Data { class: DataClass::Retransmission { .. }, .. } => {
+                self.resent(ev);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Lost bytes of the message being sent: the wait for their re-send is loss time.
+    fn resent(&mut self, ev: &Event) {
+        let x = &mut self.x;
+        match (self.phase, ev.from) {
+            (Phase::Request, Side::Client) => {
+                x.loss = x.loss.saturating_add((ev.ts_ns - x.req_last).max(0));
+                x.req_last = x.req_last.max(ev.ts_ns);
+            }
+            (Phase::Response, Side::Server) => {
+                x.loss = x.loss.saturating_add((ev.ts_ns - x.resp_last).max(0));
+                x.resp_last = x.resp_last.max(ev.ts_ns);
+                x.last_frame = ev.frame;
+            }
+            _ => {}
+        }
+    }
+
+    /// Where the gap between `last` and a segment at `t` that continues a message goes.
+    #[inline]
+    fn charge(&self, ev: &Event, last: i64, held: i64, lost: bool, skips: bool, rtt: [i64; 2]) -> Charge {
+        let (t, ns) = (ev.ts_ns, ev.ts_ns - last);
+        if held > 0 {
+            Charge::Stall(held)
+        } else if lost || (skips && ns >= LOSS_TIMER_MIN_NS) {
+            Charge::Loss(ns)
+        } else if self
+            .peer_ack_ts
+            .is_some_and(|a| a > last && t - a <= 2 * rtt[ev.from.idx()] + super::nagle::PROMPT_SLACK_NS)
+        {
+            if ns > 0 && ns >= (rtt[0] + rtt[1]) / 2 { Charge::Round } else { Charge::Nothing }
+        } else if ns >= PAUSE_MIN_NS {
+            Charge::Pause(ns)
+        } else {
+            Charge::Nothing
+        }
+    }
+
+    #[inline]
+    fn new_data(
+        &mut self,
+        ev: &Event,
+        seq: i64,
+        len: u32,
+        stall: Option<&Stall>,
+        release: Release,
+        rtt: [i64; 2],
+    ) -> Option<Exchange> {
+        let t = ev.ts_ns;
+        let bytes = u64::from(len);
+        let hi = &mut self.hi[ev.from.idx()];
+        // Something of the sender's went missing before this segment.
+        let skips = seq > (*hi).max(1) || release.missed;
+        *hi = (*hi).max(seq + i64::from(len));
+        let held = stall.filter(|s| !s.timer).map_or(0, |s| s.stall_ns);
+        match (self.phase, ev.from) {
+            (Phase::Request, Side::Client) => {
+                let c = self.charge(ev, self.x.req_last, held, release.probe, skips, rtt);
+                let x = &mut self.x;
+                c.add(&mut x.req_stall, &mut x.req_pause, &mut x.loss, &mut x.rounds);
+                x.req_last = t;
+                x.req_bytes += bytes;
+                self.req_new_last = t;
+                None
+            }
+            (Phase::Response, Side::Server) => {
+                let c = self.charge(ev, self.x.resp_last, held, release.probe, skips, rtt);
+                let x = &mut self.x;
+                c.add(&mut x.resp_stall, &mut x.resp_pause, &mut x.loss, &mut x.rounds);
                 x.resp_last = t;
                 x.resp_bytes += bytes;
-                x.resp_stall = x.resp_stall.saturating_add(held);
                 x.last_frame = ev.frame;
                 None
             }
-            (Phase::Request(x), Side::Server) => {
+            (Phase::Request, Side::Server) => {
+                let x = &mut self.x;
+                if skips && t - self.req_new_last >= LOSS_TIMER_MIN_NS {
+                    // The response's first bytes went missing: the wait was for their re-send.
+                    x.first_loss = t - x.req_last;
+                }
                 x.resp_first = t;
                 x.resp_last = t;
                 x.resp_bytes = bytes;
                 x.resp_stall = held;
                 x.last_frame = ev.frame;
-                let x = *x;
-                self.phase = Phase::Response(x);
-                self.client_ack_ts = None;
+                self.phase = Phase::Response;
+                self.peer_ack_ts = None;
                 None
             }
-            (Phase::Response(x), Side::Client) => {
-                let done = *x;
-                self.phase = Phase::Request(start(ev, bytes, held));
+            (Phase::Response, Side::Client) => {
+                let done = std::mem::replace(&mut self.x, start(ev, bytes, held));
+                self.phase = Phase::Request;
+                self.peer_ack_ts = None;
+                self.req_new_last = t;
                 Some(done)
             }
             (Phase::Idle, Side::Client) => {
-                self.phase = Phase::Request(start(ev, bytes, held));
+                self.x = start(ev, bytes, held);
+                self.phase = Phase::Request;
+                self.req_new_last = t;
                 None
             }
             // The server speaks first (a banner): not a request/response exchange.
@@ -105,12 +201,16 @@ impl Exchanges {
         }
     }
 
+    /// A request is under way: the client spoke last (new bytes).
+    #[inline]
+    pub fn in_request(&self) -> bool {
+        self.phase == Phase::Request
+    }
+
     /// The exchange still open at the end of the connection, if it got a response.
     pub fn finish(&mut self) -> Option<Exchange> {
-        match std::mem::take(&mut self.phase) {
-            Phase::Response(x) => Some(x),
-            _ => None,
-        }
+        let done = std::mem::take(&mut self.phase) == Phase::Response;
+        done.then_some(self.x)
     }
 }
 
@@ -122,6 +222,7 @@ fn start(ev: &Event, bytes: u64, held: i64) -> Exchange {
         req_stall: held,
         first_frame: ev.frame,
         last_frame: ev.frame,
+        rounds: 1,
         ..Exchange::default()
     }
 }
@@ -142,7 +243,8 @@ mod tests {
         s.data(41 * MS, Client, 100);
         s.data(42 * MS, Server, 800);
         let mut x = Exchanges::default();
-        let mut got: Vec<Exchange> = s.events.iter().filter_map(|e| x.step(e, None, 20 * US)).collect();
+        let mut got: Vec<Exchange> =
+            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US])).collect();
         got.extend(x.finish());
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].req_bytes, got[0].resp_bytes), (100, 800));
@@ -162,7 +264,8 @@ mod tests {
         s.data(50 * MS + 230 * US, Server, 600); // right after the ACK: released by it, not a pause
         s.data(60 * MS, Client, 100);
         let mut x = Exchanges::default();
-        let got: Vec<Exchange> = s.events.iter().filter_map(|e| x.step(e, None, 20 * US)).collect();
+        let got: Vec<Exchange> =
+            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US])).collect();
         assert_eq!(got.len(), 1);
         let pause = got[0].resp_pause;
         assert_eq!(pause, (45 * MS - 50 * US) + (50 * MS + 100 * US - 45 * MS));
@@ -174,7 +277,7 @@ mod tests {
         s.data(0, Server, 20);
         s.data(MS, Client, 10);
         let mut x = Exchanges::default();
-        assert!(s.events.iter().all(|e| x.step(e, None, 0).is_none()));
+        assert!(s.events.iter().all(|e| x.step(e, None, Release::default(), [0, 0]).is_none()));
         assert!(x.finish().is_none());
     }
 }

@@ -4,12 +4,15 @@
 //! event sequences as well as on real captures.
 
 pub mod exchange;
+pub mod expect;
 pub mod handshake;
 pub mod http;
 pub mod nagle;
+pub mod timer;
 pub mod window;
 
 use crate::tcp::{ConnInfo, DataClass, Event, EventKind, Side};
+use crate::wire::Segment;
 
 /// Nagle + delayed-ACK stall: one held segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +33,10 @@ pub struct Stall {
     pub ack_seen_ns: i64,
     /// Small segment → held segment: the time the held bytes lost, ns.
     pub stall_ns: i64,
+    /// Nagle + loss: the ACK that would have released the held segment was
+    /// lost, so the sender's loss timer sent it ([`timer`]). `ack_frame` is
+    /// then the lost ACK if the capture saw it, else 0 (and its delays 0).
+    pub timer: bool,
 }
 
 /// One request/response exchange (client message, then server message).
@@ -52,10 +59,20 @@ pub struct Exchange {
     /// Nagle stall time inside the response (server-held), ns.
     pub resp_stall: i64,
     /// Pauses inside the response that neither the network (waiting for an
-    /// ACK) nor a Nagle stall explains: the server application writing late, ns.
+    /// ACK), a Nagle stall nor a loss explains: the server application writing late, ns.
     pub resp_pause: i64,
-    /// Time spent re-sending lost bytes of the request and of the response, ns.
+    /// Pauses inside the request that nothing of TCP explains: the client
+    /// waiting between the parts of its own request (e.g. for `100 Continue`), ns.
+    pub req_pause: i64,
+    /// Time inside the request and the response spent waiting for lost bytes
+    /// to be re-sent, or for the sender's loss timer to release held ones, ns.
     pub loss: i64,
+    /// Request end → first response byte spent on a loss instead of the server
+    /// application (the first response bytes went missing), ns.
+    pub first_loss: i64,
+    /// Round trips the exchange took: 1, plus each wait for an ACK before
+    /// the sender could go on (window- or ACK-clocked rounds).
+    pub rounds: u32,
     /// First frame of the request.
     pub first_frame: u64,
     /// Last frame of the response.
@@ -69,6 +86,8 @@ pub struct Times {
     pub network: i64,
     /// Application: request end → first response byte (network removed), plus pauses inside the response.
     pub think: i64,
+    /// The client pausing inside its own request.
+    pub client: i64,
     /// Sending the bytes.
     pub transfer: i64,
     /// Nagle + delayed-ACK holds.
@@ -83,16 +102,20 @@ impl Exchange {
     /// Splits the exchange's time, given the round trips from the capture
     /// point to the client and to the server (ns).
     pub fn times(&self, rtt_to_client: i64, rtt_to_server: i64) -> Times {
-        let think = (self.resp_first - self.req_last - rtt_to_server).max(0) + self.resp_pause;
+        let first = (self.resp_first - self.req_last - rtt_to_server).max(0);
+        let first_loss = self.first_loss.min(first);
+        let think = first - first_loss + self.resp_pause;
         let stall = self.req_stall + self.resp_stall;
         let transfer = ((self.req_last - self.req_first) + (self.resp_last - self.resp_first)
             - stall
             - self.resp_pause
+            - self.req_pause
             - self.loss)
             .max(0);
         let network = rtt_to_client + rtt_to_server;
-        let total = network + think + transfer + stall + self.loss;
-        Times { network, think, transfer, stall, loss: self.loss, total }
+        let loss = self.loss + first_loss;
+        let total = network + think + self.req_pause + transfer + stall + loss;
+        Times { network, think, client: self.req_pause, transfer, stall, loss, total }
     }
 }
 
@@ -127,6 +150,17 @@ pub enum Observation {
         /// Frame of the first copy and of the last.
         frames: [u64; 2],
     },
+    /// A request head asked `Expect: 100-continue` and its body followed only
+    /// after the client gave up waiting for the server's `100 Continue`.
+    ExpectWait {
+        /// Head → body, ns.
+        wait_ns: i64,
+        /// Frames of the head and of the body's first segment.
+        frames: [u64; 2],
+        /// The `Expect:` header was captured (else the snap length cut the
+        /// head before it and the shape alone says so).
+        header_seen: bool,
+    },
     /// A side advertised a zero receive window, stalling its peer.
     ZeroWindow {
         /// The side that could not take more data.
@@ -142,6 +176,7 @@ pub enum Observation {
 #[derive(Debug, Default)]
 pub struct Detectors {
     nagle: nagle::Nagle,
+    expect: expect::Expect,
     exchanges: exchange::Exchanges,
     handshake: handshake::Handshake,
     window: window::ZeroWindow,
@@ -151,8 +186,9 @@ pub struct Detectors {
 }
 
 impl Detectors {
-    /// Runs every detector on one event; `payload` is the captured payload of its segment.
-    pub fn step(&mut self, info: &ConnInfo, ev: &Event, payload: &[u8], out: &mut impl FnMut(Observation)) {
+    /// Runs every detector on one event and its segment.
+    pub fn step(&mut self, info: &ConnInfo, ev: &Event, seg: &Segment<'_>, out: &mut impl FnMut(Observation)) {
+        let payload = seg.payload;
         if let EventKind::Data { class: DataClass::Retransmission { since_ns, spurious, .. }, .. } = ev.kind {
             out(Observation::Retransmission { from: ev.from, spurious, frame: ev.frame, since_ns });
         }
@@ -162,11 +198,18 @@ impl Detectors {
             self.sniffed = true;
             self.server_software = http::server_header(payload).map(str::to_string);
         }
-        let stall = self.nagle.step(info, ev);
+        let stall = self.nagle.step(info, ev, || seg.timestamps(), seg.ip_id);
+        let release = self.nagle.release();
         if let Some(s) = stall {
             out(Observation::Stall(s));
         }
-        if let Some(x) = self.exchanges.step(ev, stall.as_ref(), info.rtt_to(Side::Server)) {
+        if let EventKind::Data { class: DataClass::New, .. } = ev.kind
+            && let Some(o) = self.expect.step(info, ev, payload, !self.exchanges.in_request())
+        {
+            out(o);
+        }
+        let rtt = [info.rtt_to(Side::Client), info.rtt_to(Side::Server)];
+        if let Some(x) = self.exchanges.step(ev, stall.as_ref(), release, rtt) {
             out(Observation::Exchange(x));
         }
         if let Some(o) = self.handshake.step(ev) {
@@ -188,6 +231,9 @@ impl Detectors {
         self.window.finish(last_ts, out);
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 /// Test helpers: build event sequences by hand.
 #[cfg(test)]
@@ -239,6 +285,10 @@ pub(crate) mod build {
             let seq = self.next[from.idx()] - i64::from(len);
             let class = DataClass::Retransmission { since_ns, original_frame: None, spurious: false };
             self.push(t, from, EventKind::Data { seq, len, class }, 65535)
+        }
+        /// `len` bytes of `from` that never reach the capture point.
+        pub fn skip(&mut self, from: Side, len: u32) {
+            self.next[from.idx()] += i64::from(len);
         }
         /// A pure ACK from `from` covering everything the other side sent.
         pub fn ack(&mut self, t: i64, from: Side) -> u64 {

@@ -11,8 +11,13 @@
 //! An application pause that merely overlaps a delayed ACK fails 3 (its data
 //! comes well after the ACK); loss fails 2 or is excluded by the re-send; a
 //! zero window is excluded because the ACK then opens a closed window.
+//!
+//! When B's ACK is lost, A's loss timer sends the held bytes instead: Nagle +
+//! loss ([`super::timer`]), also judged here, as it follows the same segment
+//! and its first ACK.
 
 use super::Stall;
+use super::timer::{self, AckSeen, Ids, Release};
 use crate::tcp::{ConnInfo, DataClass, Event, EventKind};
 
 /// Minimum ACK delay beyond the RTT to call it "delayed". Linux delays at
@@ -41,31 +46,53 @@ struct LateAck {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Watch {
-    /// A's last new segment, still waiting for its first ACK.
+    /// A's last new segment.
     last: Option<Small>,
-    /// Set when that first ACK was late.
+    /// The first pure ACK of it seen here.
+    acked: Option<AckSeen>,
+    /// Set when that first ACK was late (Nagle may be holding A's next bytes).
     late: Option<LateAck>,
 }
 
-/// Per-connection state: one watch per sending side.
+/// Per-connection state: one watch and the IP IDs per sending side.
 #[derive(Debug, Default)]
 pub struct Nagle {
     watch: [Watch; 2],
+    ids: [Ids; 2],
+    /// What the loss timer and the IDs said of the last event.
+    release: Release,
 }
 
 impl Nagle {
-    /// Feeds one event; returns a stall when this event is a held segment.
-    pub fn step(&mut self, info: &ConnInfo, ev: &Event) -> Option<Stall> {
+    /// Feeds one event with its segment's timestamps (TSval, TSecr) and IPv4
+    /// ID; returns a stall when this event is a held segment (plain, or sent
+    /// by the loss timer). [`Nagle::release`] then says what the loss timer
+    /// and the IDs tell of it.
+    /// `ts` gives the segment's timestamps when asked (few events need them).
+    #[inline]
+    pub fn step(
+        &mut self,
+        info: &ConnInfo,
+        ev: &Event,
+        ts: impl Fn() -> Option<(u32, u32)>,
+        ip_id: Option<u16>,
+    ) -> Option<Stall> {
         let a = ev.from;
+        let len = match ev.kind {
+            EventKind::Data { len, class: DataClass::New, .. } => len,
+            _ => 0,
+        };
+        let missed = self.ids[a.idx()].step(ip_id, len, info.mss[a.idx()]);
+        let release = &mut self.release;
+        *release = Release { probe: false, missed };
         match ev.kind {
             EventKind::Data { seq, len, class: DataClass::New } => {
                 // B's data (piggybacking its ACK) ends any stall A could be in.
                 self.watch[a.other().idx()] = Watch::default();
                 let w = &mut self.watch[a.idx()];
                 let found = match (w.last, w.late) {
-                    (Some(s), Some(l)) if s.end == seq => {
-                        let gap = ev.ts_ns - l.ts;
-                        (gap <= 2 * info.rtt_to(a) + PROMPT_SLACK_NS).then_some(Stall {
+                    (Some(s), Some(l)) if s.end == seq && ev.ts_ns - l.ts <= 2 * info.rtt_to(a) + PROMPT_SLACK_NS => {
+                        Some(Stall {
                             nagle: a,
                             small_frame: s.frame,
                             ack_frame: l.frame,
@@ -73,12 +100,17 @@ impl Nagle {
                             ack_delay_ns: l.delay,
                             ack_seen_ns: l.seen,
                             stall_ns: ev.ts_ns - s.ts,
+                            timer: false,
                         })
+                    }
+                    (Some(s), _) if s.end == seq && ev.ts_ns - s.ts >= timer::LOSS_TIMER_MIN_NS => {
+                        Self::by_timer(info, ev, &s, w.acked, ts(), release)
                     }
                     _ => None,
                 };
                 *w = Watch {
                     last: Some(Small { end: seq + i64::from(len), ts: ev.ts_ns, frame: ev.frame, len }),
+                    acked: None,
                     late: None,
                 };
                 found
@@ -90,23 +122,18 @@ impl Nagle {
             }
             EventKind::Ack => {
                 let w = &mut self.watch[a.other().idx()];
-                let (Some(s), Some(ack)) = (w.last, ev.ack) else {
-                    return None;
-                };
-                if w.late.is_some() || ack < s.end {
-                    return None;
-                }
-                let seen = ev.ts_ns - s.ts;
-                // The small segment reached the ACKer half a round trip after
-                // the capture point saw it, the ACK came back half one later.
-                let delay = seen - info.rtt_to(a);
-                let small = info.mss[a.other().idx()].is_none_or(|m| s.len < m);
-                let late = delay >= LATE_NS && small && ev.window > 0;
-                if late {
-                    w.late = Some(LateAck { ts: ev.ts_ns, frame: ev.frame, seen, delay });
-                } else {
-                    // Acked in time (or not a Nagle case): nothing can be held on it.
-                    w.last = None;
+                if let (Some(s), Some(ack), None) = (w.last, ev.ack, w.acked)
+                    && ack >= s.end
+                {
+                    w.acked = Some((ev.frame, ev.ts_ns, ts().map(|t| t.0)));
+                    let seen = ev.ts_ns - s.ts;
+                    // The small segment reached the ACKer half a round trip after
+                    // the capture point saw it, the ACK came back half one later.
+                    let delay = seen - info.rtt_to(a);
+                    let small = info.mss[a.other().idx()].is_none_or(|m| s.len < m);
+                    if delay >= LATE_NS && small && ev.window > 0 {
+                        w.late = Some(LateAck { ts: ev.ts_ns, frame: ev.frame, seen, delay });
+                    }
                 }
                 None
             }
@@ -115,6 +142,43 @@ impl Nagle {
                 None
             }
         }
+    }
+
+    /// What the loss timer and the IDs said of the last event.
+    #[inline]
+    pub fn release(&self) -> Release {
+        self.release
+    }
+
+    /// A's segment `ev` continues `s` with no plain stall: was it sent by A's
+    /// loss timer? Then it is loss, and Nagle + loss when `s` was small.
+    #[cold]
+    fn by_timer(
+        info: &ConnInfo,
+        ev: &Event,
+        s: &Small,
+        acked: Option<AckSeen>,
+        ts: Option<(u32, u32)>,
+        release: &mut Release,
+    ) -> Option<Stall> {
+        let lost_ack = timer::by_timer(ev.ts_ns - s.ts, acked, ts)?;
+        release.probe = true;
+        let a = ev.from;
+        if info.mss[a.idx()].is_some_and(|m| s.len >= m) {
+            return None; // nothing waits behind a full-sized segment for Nagle's sake
+        }
+        let (ack_frame, ack_at) = lost_ack.map_or((0, s.ts), |l| (l.0, l.1));
+        let seen = ack_at - s.ts;
+        Some(Stall {
+            nagle: a,
+            small_frame: s.frame,
+            ack_frame,
+            held_frame: ev.frame,
+            ack_delay_ns: if ack_frame == 0 { 0 } else { (seen - info.rtt_to(a.other())).max(0) },
+            ack_seen_ns: seen,
+            stall_ns: ev.ts_ns - s.ts,
+            timer: true,
+        })
     }
 }
 
@@ -126,7 +190,7 @@ mod tests {
 
     fn stalls(info: &ConnInfo, s: &Seq) -> Vec<Stall> {
         let mut n = Nagle::default();
-        s.events.iter().filter_map(|e| n.step(info, e)).collect()
+        s.events.iter().filter_map(|e| n.step(info, e, || None, None)).filter(|s| !s.timer).collect()
     }
 
     /// Write-write-read server captured on the server: header, 44 ms late ACK, body.

@@ -205,14 +205,15 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
 const MATTERS_MS: f64 = 1.0;
 const MATTERS_SHARE: f64 = 0.1;
 
-/// The worst finding of the capture other than Nagle and think time, and
-/// whether it costs enough per request to be the cause.
+/// The worst finding of the capture that only packets show (not Nagle, think
+/// time or the path, which the other steps measure), and whether it costs
+/// enough per request to be the cause.
 fn other_finding<'a>(f: &Facts<'a>) -> Option<(&'a Finding, bool)> {
     let c = f.capture?;
     let worst = c
         .findings
         .iter()
-        .filter(|x| !matches!(x, Finding::NagleDelayedAck(_) | Finding::AppLatency(_)))
+        .filter(|x| matches!(x, Finding::Retransmission(_) | Finding::SynRetransmission(_) | Finding::ZeroWindow(_)))
         .max_by(|a, b| a.time_lost_ms().total_cmp(&b.time_lost_ms()))?;
     let (requests, p50) = f.load.map_or((1, 0.0), |l| (l.requests.max(1), l.latency.p50));
     let per_request = worst.time_lost_ms() / requests as f64;

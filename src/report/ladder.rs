@@ -95,6 +95,8 @@ pub struct ExchangeTimes {
     pub network_ms: f64,
     /// Server application time.
     pub think_ms: f64,
+    /// The client pausing inside its own request.
+    pub client_wait_ms: f64,
     /// Sending the bytes, stalls excluded.
     pub transfer_ms: f64,
     /// Nagle + delayed-ACK stall.

@@ -167,6 +167,11 @@ pub enum Finding {
     ZeroWindow(ZeroWindowFinding),
     /// The responder itself is slow (think time).
     AppLatency(AppLatencyFinding),
+    /// Clients wait for a `100 Continue` the server never sends.
+    #[serde(rename = "expect_100_continue")]
+    Expect100Continue(ExpectFinding),
+    /// The exchanges' time is mostly the path's round trip.
+    NetworkLatency(NetworkLatencyFinding),
 }
 
 impl Finding {
@@ -178,6 +183,8 @@ impl Finding {
             Finding::SynRetransmission(f) => f.time_lost_ms,
             Finding::ZeroWindow(f) => f.time_lost_ms,
             Finding::AppLatency(f) => f.time_lost_ms,
+            Finding::Expect100Continue(f) => f.time_lost_ms,
+            Finding::NetworkLatency(f) => f.time_lost_ms,
         }
     }
     /// The plain-language verdict.
@@ -188,6 +195,8 @@ impl Finding {
             Finding::SynRetransmission(f) => &f.summary,
             Finding::ZeroWindow(f) => &f.summary,
             Finding::AppLatency(f) => &f.summary,
+            Finding::Expect100Continue(f) => &f.summary,
+            Finding::NetworkLatency(f) => &f.summary,
         }
     }
 }
@@ -224,10 +233,20 @@ pub struct NagleFinding {
     pub rtt_to_client_ms: Option<f64>,
     /// Round trip from the capture point to the server, ms (likewise).
     pub rtt_to_server_ms: Option<f64>,
-    /// Sum of stall times.
+    /// Sum of stall times, those with loss included.
     pub time_lost_ms: f64,
     /// Frames of the first stalls: [small segment, late ACK, held segment] each, flattened.
     pub example_frames: Vec<u64>,
+    /// Nagle + loss, counted apart from `stalls`: held segments that the
+    /// sender's loss timer sent because the ACK that would have released them
+    /// (or the small segment) was lost.
+    pub with_loss: u64,
+    /// How long those waited (small segment → held segment).
+    pub with_loss_ms: Spread,
+    /// Sum of those waits (part of `time_lost_ms`).
+    pub with_loss_time_ms: f64,
+    /// [small segment, held segment] of the first of those, flattened.
+    pub with_loss_frames: Vec<u64>,
     /// HTTP `Server:` header of this endpoint's responses, if captured.
     pub server_software: Option<String>,
     /// What to change, most direct first.
@@ -321,6 +340,59 @@ pub struct AppLatencyFinding {
     pub example_frames: Vec<u64>,
 }
 
+/// `expect_100_continue`: per client host and server.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExpectFinding {
+    /// The verdict in one sentence.
+    pub summary: String,
+    /// The waiting client host.
+    pub client: HostRole,
+    /// The server that never answered `100 Continue`.
+    pub server: String,
+    /// Requests whose body waited.
+    pub requests: u64,
+    /// Of those, requests whose head the capture's snap length cut before
+    /// its end: the header was not seen, the shape (a request head, no answer,
+    /// then the body after a wait) says so.
+    pub header_cut: u64,
+    /// Connections they came on.
+    pub connections: u64,
+    /// Head → body.
+    pub wait_ms: Spread,
+    /// Sum of the waits.
+    pub time_lost_ms: f64,
+    /// [request head, first body segment] frames, flattened.
+    pub example_frames: Vec<u64>,
+    /// What to change, most direct first.
+    pub fix: Vec<String>,
+}
+
+/// `network_latency`: one server whose exchanges are mostly round trips.
+#[derive(Clone, Debug, Serialize)]
+pub struct NetworkLatencyFinding {
+    /// The verdict in one sentence.
+    pub summary: String,
+    /// The server.
+    pub server: String,
+    /// Its exchanges.
+    pub exchanges: u64,
+    /// Client ↔ server round trip per exchange (from each connection's RTT samples).
+    pub rtt_ms: Spread,
+    /// Median exchange time, as the client sees it.
+    pub exchange_p50_ms: f64,
+    /// Share of all exchange time spent on round trips (0–1).
+    pub rtt_share: f64,
+    /// Round trips per exchange, mean: counted, 1 plus each wait of the
+    /// sender for the receiver's ACK (a window- or ACK-clocked round).
+    pub round_trips_per_exchange: f64,
+    /// Time spent on round trips: each exchange's round trips × its RTT, summed.
+    pub time_lost_ms: f64,
+    /// [first request frame, last response frame] of the first exchanges, flattened.
+    pub example_frames: Vec<u64>,
+    /// What to change, most direct first.
+    pub fix: Vec<String>,
+}
+
 /// Where one server's exchange time goes (means per exchange, ms).
 #[derive(Clone, Debug, Serialize)]
 pub struct Breakdown {
@@ -337,13 +409,16 @@ pub struct Breakdown {
     /// Network round trip (client ↔ server).
     pub network_ms: f64,
     /// Server application time: request end → first response byte less the
-    /// network, plus pauses inside the response that no ACK or stall explains.
+    /// network, plus pauses inside the response that no ACK, stall or loss explains.
     pub think_ms: f64,
+    /// The client pausing between the parts of its own request (e.g. waiting
+    /// for `100 Continue`): the client's time, never the server's.
+    pub client_wait_ms: f64,
     /// Time sending request and response bytes, stalls excluded.
     pub transfer_ms: f64,
     /// Nagle + delayed-ACK stall time.
     pub stall_ms: f64,
-    /// Waiting for lost bytes to be re-sent.
+    /// Waiting for lost bytes to be re-sent, or for a loss timer to send held ones (Nagle + loss).
     pub loss_ms: f64,
     /// Client-observed latency per exchange (`total_ms` of each).
     pub latency_histogram: Histogram,

@@ -76,9 +76,7 @@ pub fn render(r: &Report) -> String {
                     ms(n.ack_delay_ms.p50),
                     ms(n.ack_delay_ms.max),
                 );
-                for (k, fix) in n.fix.iter().enumerate() {
-                    let _ = writeln!(o, "    {} {fix}", if k == 0 { "Fix:" } else { "    " });
-                }
+                fixes(&mut o, &n.fix);
                 if let Some(ex) = n.example_frames.get(..3) {
                     let _ = writeln!(
                         o,
@@ -86,17 +84,37 @@ pub fn render(r: &Report) -> String {
                         ex[0], ex[1], ex[2], ex[0], ex[1], ex[2]
                     );
                 }
+                if n.with_loss > 0 {
+                    let _ = writeln!(
+                        o,
+                        "    Nagle + loss: {} held until the loss timer, p50 {}, {} in all; small → held segment at frames {}.",
+                        n.with_loss,
+                        ms(n.with_loss_ms.p50),
+                        ms(n.with_loss_time_ms),
+                        pairs(&n.with_loss_frames)
+                    );
+                }
+            }
+            Finding::Expect100Continue(x) => {
+                fixes(&mut o, &x.fix);
+                let _ = writeln!(o, "    Evidence: request head → body at frames {}.", pairs(&x.example_frames));
+            }
+            Finding::NetworkLatency(x) => {
+                let _ = writeln!(
+                    o,
+                    "    Round trip p50 {}, p90 {}; median exchange {}.",
+                    ms(x.rtt_ms.p50),
+                    ms(x.rtt_ms.p90),
+                    ms(x.exchange_p50_ms)
+                );
+                fixes(&mut o, &x.fix);
+                let _ = writeln!(o, "    Evidence: exchanges at frames {}.", pairs(&x.example_frames));
             }
             Finding::Retransmission(x) => examples(&mut o, &x.example_frames),
             Finding::SynRetransmission(x) => examples(&mut o, &x.example_frames),
             Finding::ZeroWindow(x) => examples(&mut o, &x.example_frames),
             Finding::AppLatency(x) => {
-                let pairs: Vec<String> = x
-                    .example_frames
-                    .chunks(2)
-                    .map(|c| c.iter().map(u64::to_string).collect::<Vec<_>>().join("-"))
-                    .collect();
-                let _ = writeln!(o, "    Evidence: slow exchanges at frames {}.", pairs.join(", "));
+                let _ = writeln!(o, "    Evidence: slow exchanges at frames {}.", pairs(&x.example_frames));
             }
         }
     }
@@ -105,19 +123,20 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o, "{}", head("WHERE THE TIME GOES (mean per exchange)"));
         let _ = writeln!(
             o,
-            "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "server", "exchanges", "total", "p90", "network", "think", "transfer", "stall", "loss"
+            "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "server", "exchanges", "total", "p90", "network", "think", "client", "transfer", "stall", "loss"
         );
         for b in &r.breakdown {
             let _ = writeln!(
                 o,
-                "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "  {:<28} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
                 b.server,
                 b.exchanges,
                 ms(b.total_ms),
                 ms(b.total_spread_ms.p90),
                 ms(b.network_ms),
                 ms(b.think_ms),
+                ms(b.client_wait_ms),
                 ms(b.transfer_ms),
                 ms(b.stall_ms),
                 ms(b.loss_ms)
@@ -166,6 +185,18 @@ pub fn render(r: &Report) -> String {
         }
     }
     o
+}
+
+/// "11-13, 16-18": frames in pairs.
+fn pairs(frames: &[u64]) -> String {
+    let p: Vec<String> = frames.chunks(2).map(|c| c.iter().map(u64::to_string).collect::<Vec<_>>().join("-")).collect();
+    p.join(", ")
+}
+
+fn fixes(o: &mut String, fix: &[String]) {
+    for (k, f) in fix.iter().enumerate() {
+        let _ = writeln!(o, "    {} {f}", if k == 0 { "Fix:" } else { "    " });
+    }
 }
 
 /// Where a capture was taken, in words.

@@ -269,6 +269,8 @@ mod tests {
                 len: payload.len() as u32,
                 options: TcpOptions::default(),
                 payload,
+                ip_id: None,
+                tcp_options: &[],
             };
             t.segment(&seg, &mut log);
         }

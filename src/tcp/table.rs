@@ -371,6 +371,8 @@ mod tests {
             len: 0,
             options: TcpOptions { mss: Some(1460), timestamps: timestamps.then_some((1, 0)), ..TcpOptions::default() },
             payload: &[],
+            ip_id: None,
+            tcp_options: &[],
         }
     }
 
@@ -411,7 +413,21 @@ mod tests {
             let (src, dst) = if from_server { (s, c) } else { (c, s) };
             let flags = Flags(Flags::ACK | if len > 0 { Flags::PSH } else { 0 });
             let options = TcpOptions::default();
-            let seg = Segment { frame: 0, ts_ns, src, dst, seq, ack, flags, window: 1000, len, options, payload: &[] };
+            let seg = Segment {
+                frame: 0,
+                ts_ns,
+                src,
+                dst,
+                seq,
+                ack,
+                flags,
+                window: 1000,
+                len,
+                options,
+                payload: &[],
+                ip_id: None,
+                tcp_options: &[],
+            };
             t.segment(&seg, &mut sink);
             *sink.0.last().unwrap()
         };

@@ -333,10 +333,14 @@ impl WatchSink {
                     m.latency.observe(t.total.max(0) as f64 / 1e9);
                 }
                 if named {
-                    self.agg.servers.entry(info.server).or_default().add_exchange(&t, &x);
+                    let s = self.agg.servers.entry(info.server).or_default();
+                    s.add_exchange(&t, &x);
+                    s.rtt.record(t.network);
                 }
                 return;
             }
+            // analyze only: a request's head and body are not live lines yet.
+            Observation::ExpectWait { .. } => return,
             Observation::Stall(s) => {
                 // Client endpoints come and go with their ports: only servers are kept by name.
                 if named && s.nagle == Side::Server {
@@ -411,6 +415,17 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
     let mut ack_delay_ms = None;
     let mut ack_timer = None;
     let summary = match o {
+        Observation::Stall(s) if s.timer => {
+            let what = if s.nagle == Side::Server { "a response" } else { "a request" };
+            format!(
+                "Nagle + loss: {} held part of {what} {} until its loss timer sent it (the ACK from the {} {} was lost); fix: TCP_NODELAY on {}",
+                who(s.nagle),
+                dur(ns),
+                s.nagle.other().name(),
+                info.endpoint(s.nagle.other()).ip,
+                info.endpoint(s.nagle),
+            )
+        }
         Observation::Stall(s) => {
             let what = if s.nagle == Side::Server { "a response" } else { "a request" };
             let timer = crate::verdict::ack_timer(crate::report::ms(s.ack_delay_ns));
@@ -450,7 +465,7 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
             from.other().name(),
             from.name(),
         ),
-        Observation::Exchange(_) => String::new(),
+        Observation::Exchange(_) | Observation::ExpectWait { .. } => String::new(),
     };
     Finding {
         ts_ns: 0,
@@ -490,7 +505,7 @@ impl Sink<Box<ConnState>> for WatchSink {
         let ConnState { det, retrans, server_stalls, .. } = &mut **st;
         let mut c = (*retrans, *server_stalls);
         let start = self.pending.len();
-        det.step(info, ev, seg.payload, &mut |o| self.observe(info, &mut c, slot, o));
+        det.step(info, ev, seg, &mut |o| self.observe(info, &mut c, slot, o));
         (*retrans, *server_stalls) = c;
         for f in self.pending.range_mut(start..) {
             f.ts_ns = ev.ts_ns;
@@ -560,6 +575,8 @@ mod tests {
             len: 0,
             options: TcpOptions::default(),
             payload: &[],
+            ip_id: None,
+            tcp_options: &[],
         }
     }
 

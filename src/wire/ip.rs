@@ -36,6 +36,11 @@ impl<'a> Ipv4Header<'a> {
     pub fn total_len(&self) -> u16 {
         u16::from_be_bytes([self.0[2], self.0[3]])
     }
+    /// Identification field.
+    #[inline]
+    pub fn id(&self) -> u16 {
+        u16::from_be_bytes([self.0[4], self.0[5]])
+    }
     /// More-fragments set or a non-zero fragment offset.
     #[inline]
     pub fn is_fragment(&self) -> bool {

@@ -50,11 +50,26 @@ pub struct Segment<'a> {
     pub window: u16,
     /// Payload length on the wire, from the IP length (not cut by the snap length).
     pub len: u32,
-    /// Options the tracker uses; parsed on SYN segments only (the others'
-    /// options carry nothing the analysis uses), default elsewhere.
+    /// Options the tracker uses; parsed on SYN segments only, default elsewhere
+    /// (see [`Segment::timestamps`]).
     pub options: TcpOptions,
+    /// The captured TCP option bytes, read only when asked.
+    pub tcp_options: &'a [u8],
     /// The captured part of the payload (may be shorter than `len`).
     pub payload: &'a [u8],
+    /// IPv4 identification (Linux numbers each socket's packets in turn, so a
+    /// gap says one went missing before the capture point); `None` for IPv6.
+    pub ip_id: Option<u16>,
+}
+
+impl Segment<'_> {
+    /// The timestamp option (TSval, TSecr), parsed now: only a few segments need it.
+    pub fn timestamps(&self) -> Option<(u32, u32)> {
+        if self.options.timestamps.is_some() {
+            return self.options.timestamps;
+        }
+        tcp::timestamps(self.tcp_options)
+    }
 }
 
 /// Why a frame could not be decoded.
@@ -85,7 +100,7 @@ pub fn decode(
     data: &[u8],
     orig_len: u32,
 ) -> Result<Option<Segment<'_>>, WireError> {
-    let (src, dst, l4, l4_wire_len) = match network_layer(link, data) {
+    let (src, dst, l4, l4_wire_len, ip_id) = match network_layer(link, data) {
         Network::Ipv4(p) => {
             let ip = Ipv4Header::parse(p)?;
             if ip.protocol() != 6 || ip.is_fragment() {
@@ -97,7 +112,7 @@ pub fn decode(
             if wire_len < hl {
                 return Err(WireError::Malformed("IPv4 total length"));
             }
-            (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), &p[hl..], wire_len - hl)
+            (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), &p[hl..], wire_len - hl, Some(ip.id()))
         }
         Network::Ipv6(p) => {
             let ip = Ipv6Header::parse(p)?;
@@ -114,7 +129,7 @@ pub fn decode(
             if wire_len < off {
                 return Err(WireError::Malformed("IPv6 payload length"));
             }
-            (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()), &p[off..], wire_len - off)
+            (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()), &p[off..], wire_len - off, None)
         }
         Network::Other => return Ok(None),
         Network::Truncated => return Err(WireError::Truncated("link-layer header")),
@@ -137,7 +152,9 @@ pub fn decode(
         window: tcp.window(),
         len: len as u32,
         options: if tcp.flags().syn() { tcp.options() } else { TcpOptions::default() },
+        tcp_options: tcp.option_bytes(),
         payload: &payload[..payload.len().min(len)],
+        ip_id,
     }))
 }
 

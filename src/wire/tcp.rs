@@ -106,11 +106,30 @@ impl<'a> TcpHeader<'a> {
     pub fn window(&self) -> u16 {
         u16::from_be_bytes([self.0[14], self.0[15]])
     }
+    /// The captured option bytes (empty without options).
+    #[inline]
+    pub fn option_bytes(&self) -> &'a [u8] {
+        let end = self.header_len().min(self.0.len());
+        &self.0[20.min(end)..end]
+    }
     /// Parses the options that are captured; malformed lengths end the walk.
     #[inline]
     pub fn options(&self) -> TcpOptions {
         let end = self.header_len().min(self.0.len());
         parse_options(&self.0[20.min(end)..end])
+    }
+}
+
+/// The timestamp option (TSval, TSecr) in captured option bytes. Linux and
+/// the BSDs put it first, after two NOPs: that layout is read directly, any
+/// other by walking the options.
+pub fn timestamps(o: &[u8]) -> Option<(u32, u32)> {
+    match o.get(..12) {
+        Some(o) if o[..4] == [1, 1, 8, 10] => {
+            Some((u32::from_be_bytes([o[4], o[5], o[6], o[7]]), u32::from_be_bytes([o[8], o[9], o[10], o[11]])))
+        }
+        _ if !o.is_empty() => parse_options(o).timestamps,
+        _ => None,
     }
 }
 
@@ -168,5 +187,28 @@ mod tests {
         assert_eq!(parse_options(&[2, 0, 1, 1]), TcpOptions::default());
         assert_eq!(parse_options(&[2, 40, 1]), TcpOptions::default());
         assert_eq!(parse_options(&[5, 10, 0, 0, 0, 0, 0, 0, 0, 0]).sack_blocks, 1);
+    }
+
+    fn header(opts: &[u8]) -> Vec<u8> {
+        let mut h = vec![0u8; 20];
+        h[12] = (((20 + opts.len()) / 4) << 4) as u8;
+        h.extend_from_slice(opts);
+        h
+    }
+
+    #[test]
+    fn timestamps_of_any_segment_in_either_layout() {
+        // Linux: NOP, NOP, TS.
+        let h = header(&[1, 1, 8, 10, 0, 0, 1, 0, 0, 0, 0, 7]);
+        assert_eq!(timestamps(TcpHeader::parse(&h).unwrap().option_bytes()), Some((256, 7)));
+        // Another order: SACK block first, then TS, then padding.
+        let mut o = vec![1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2, 8, 10, 0, 0, 0, 9, 0, 0, 0, 3];
+        o.extend([1, 1]);
+        let h = header(&o);
+        assert_eq!(timestamps(TcpHeader::parse(&h).unwrap().option_bytes()), Some((9, 3)));
+        // None, and cut short by the snap length.
+        assert_eq!(timestamps(TcpHeader::parse(&header(&[])).unwrap().option_bytes()), None);
+        let h = header(&[1, 1, 8, 10, 0, 0, 1, 0, 0, 0, 0, 7]);
+        assert_eq!(timestamps(TcpHeader::parse(&h[..28]).unwrap().option_bytes()), None);
     }
 }

@@ -55,6 +55,8 @@ pub fn kinds(r: &Report) -> Vec<&'static str> {
             Finding::SynRetransmission(_) => "syn_retransmission",
             Finding::ZeroWindow(_) => "zero_window",
             Finding::AppLatency(_) => "app_latency",
+            Finding::Expect100Continue(_) => "expect_100_continue",
+            Finding::NetworkLatency(_) => "network_latency",
         })
         .collect();
     k.sort();
@@ -86,6 +88,9 @@ pub fn check_against_oracle(dir: &Path) -> usize {
         let k = kinds(&r);
         for other in want["other_kinds"].as_array().unwrap() {
             assert!(k.contains(&other.as_str().unwrap()), "{name}: {other} missing from {k:?}");
+        }
+        for absent in want["absent_kinds"].as_array().into_iter().flatten() {
+            assert!(!k.contains(&absent.as_str().unwrap()), "{name}: {absent} found: {:#?}", r.findings);
         }
     }
     expected.len()

@@ -27,9 +27,13 @@ chmod 755 "$WORK"
 NS_A=tcpdoc-a
 NS_B=tcpdoc-b
 NS_R=tcpdoc-r
+# the loss + Nagle case's own path: server -- router (drops) -- client
+NS_LA=tcpdoc-la
+NS_LB=tcpdoc-lb
+NS_LR=tcpdoc-lr
 PIDS=()
 
-NETNS=("$NS_A" "$NS_B" "$NS_R")
+NETNS=("$NS_A" "$NS_B" "$NS_R" "$NS_LA" "$NS_LB" "$NS_LR")
 
 # log, cleanup (trapped), want, bg, stop, wait_for, wait_port
 . "$LAB/procs.sh"
@@ -422,6 +426,69 @@ if [ -n "${RELAYPID:-}" ]; then stop "$RELAYPID"; fi
 ip netns del "$NS_A" 2>/dev/null || true
 ip netns del "$NS_B" 2>/dev/null || true
 ip netns del "$NS_R" 2>/dev/null || true
+
+############################################################################
+# (k) loss_nagle_{srv,cli}.pcap: 3 % random loss AND Nagle + delayed ACK on one
+#     path. tcpdoc-la (wwr server, Nagle on, 10.98.1.1:28121) -- tcpdoc-lr
+#     (router: nft forward chain drops 3 % of the segments without SYN/FIN/RST,
+#     each direction, at random) -- tcpdoc-lb (client.py, 10.98.2.1).
+#     Captured at both ends at once (vA at the server, vB at the client),
+#     snaplen 200. A lost delayed ACK (or a lost small segment) leaves the
+#     held body to the server's tail-loss probe, ~230 ms later: what an older
+#     analyze took for server think time (app_latency, "not in TCP"). The run
+#     is repeated (at most 10 times) until at least 3 responses have such a
+#     probe-released segment at the server's end and some segment was re-sent
+#     (lab/timer_gaps.py), so the capture shows both causes.
+if want loss_nagle; then
+    log "loss_nagle (3 % random loss + Nagle, port 28121)"
+    for n in "$NS_LA" "$NS_LB" "$NS_LR"; do
+        ip netns del "$n" 2>/dev/null || true
+        ip netns add "$n"
+        ip -n "$n" link set lo up
+    done
+    ip -n "$NS_LA" link add vA type veth peer name vRa netns "$NS_LR"
+    ip -n "$NS_LB" link add vB type veth peer name vRb netns "$NS_LR"
+    for d in "$NS_LA vA" "$NS_LR vRa" "$NS_LR vRb" "$NS_LB vB"; do
+        read -r ns dev <<<"$d"
+        ip -n "$ns" link set "$dev" gso_max_segs 1
+        ip -n "$ns" link set "$dev" up
+    done
+    ip -n "$NS_LA" addr add 10.98.1.1/24 dev vA
+    ip -n "$NS_LR" addr add 10.98.1.2/24 dev vRa
+    ip -n "$NS_LB" addr add 10.98.2.1/24 dev vB
+    ip -n "$NS_LR" addr add 10.98.2.2/24 dev vRb
+    ip -n "$NS_LA" route add default via 10.98.1.2
+    ip -n "$NS_LB" route add default via 10.98.2.2
+    ip netns exec "$NS_LR" sysctl -qw net.ipv4.ip_forward=1
+    ip netns exec "$NS_LR" nft -f - <<'EOF'
+table inet tcpdoc_loss3 {
+    chain drops {
+        type filter hook forward priority 0; policy accept;
+        tcp flags & (syn | fin | rst) == 0 numgen random mod 100 < 3 counter drop
+    }
+}
+EOF
+    for try in $(seq 10); do
+        cap_start loss_nagle_srv.pcap ip netns exec "$NS_LA" -i vA -s 200 "tcp port 28121"
+        c1=$CAPPID
+        cap_start loss_nagle_cli.pcap ip netns exec "$NS_LB" -i vB -s 200 "tcp port 28121"
+        c2=$CAPPID
+        bg srv-k ip netns exec "$NS_LA" "${SERVER[@]}" --host 10.98.1.1 --port 28121 --mode wwr
+        s1=$BGPID
+        wait_for "$WORK/srv-k.out" listening
+        ip netns exec "$NS_LB" "${CLIENT[@]}" --host 10.98.1.1 --port 28121 -n 60
+        stop "$s1"
+        cap_stop "$c1"; stop "$c2"
+        read -r gaps responses resent < <(python3 "$LAB/timer_gaps.py" "$WORK/loss_nagle_srv.pcap" 28121)
+        echo "attempt $try: $gaps of $responses responses released by the loss timer, $resent segments re-sent"
+        if [ "$gaps" -ge 3 ] && [ "$resent" -ge 1 ]; then break; fi
+        [ "$try" -lt 10 ] || { echo "no run showed the case" >&2; exit 1; }
+    done
+    ip netns exec "$NS_LR" nft list table inet tcpdoc_loss3 | grep counter
+    publish loss_nagle_srv.pcap
+    publish loss_nagle_cli.pcap
+    for n in "$NS_LA" "$NS_LB" "$NS_LR"; do ip netns del "$n"; done
+fi
 
 log "expected.json"
 python3 "$LAB/gen_expected.py" "$OUT"

@@ -253,6 +253,7 @@ pub fn breakdown(t: &ExchangeTimes) -> Markup {
     let parts = [
         ("network", "network", t.network_ms),
         ("server think time", "think", t.think_ms),
+        ("client waiting inside its request", "client", t.client_wait_ms),
         ("transfer", "transfer", t.transfer_ms),
         ("Nagle + delayed ACK stall", "stall", t.stall_ms),
         ("loss", "loss", t.loss_ms),

@@ -120,6 +120,7 @@ fn mean_times(b: &Breakdown) -> ExchangeTimes {
         total_ms: b.total_ms,
         network_ms: b.network_ms,
         think_ms: b.think_ms,
+        client_wait_ms: b.client_wait_ms,
         transfer_ms: b.transfer_ms,
         stall_ms: b.stall_ms,
         loss_ms: b.loss_ms,
@@ -204,6 +205,11 @@ fn finding(f: &Finding) -> Markup {
                     p.note { "Evidence: frame " (ex[0]) " small segment, frame " (ex[1]) " late ACK, frame " (ex[2])
                         " held segment (Wireshark: " code { "frame.number in {" (ex[0]) "," (ex[1]) "," (ex[2]) "}" } ")." }
                 }
+            }
+            Finding::Expect100Continue(crate::report::ExpectFinding { fix, .. })
+            | Finding::NetworkLatency(crate::report::NetworkLatencyFinding { fix, .. }) => {
+                h3 { "Fix" }
+                ol.fix { @for x in fix { li { (rich(x)) } } }
             }
             _ => {}
         }

@@ -38,6 +38,9 @@ TRUTH = {
     "veth_nagle.pcap": ([(28111, "server")], []),
     "nagle_ns.pcapng": ([(28114, "server")], []),
     "midstream_port61000.pcap": ([(61000, "server")], []),
+    # 3 % loss + Nagle: both causes, and no app_latency (kinds that must be absent, third)
+    "loss_nagle_srv.pcap": ([(28121, "server")], ["retransmission"], ["app_latency"]),
+    "loss_nagle_cli.pcap": ([(28121, "server")], ["retransmission"], ["app_latency"]),
 }
 
 
@@ -46,13 +49,16 @@ def port_of(ep):
 
 
 out = {}
-for name, (nagle, kinds) in TRUTH.items():
+for name, truth in TRUTH.items():
+    nagle, kinds = truth[:2]
     path = os.path.join(D, name)
     if not os.path.exists(path):
         continue
     streams = json.loads(subprocess.run([sys.executable, os.path.join(HERE, "analyze.py"), path, "--json"],
                                         capture_output=True, text=True, check=True).stdout)
     entry = {"nagle": [], "must_not_blame": [], "other_kinds": kinds}
+    if len(truth) > 2:
+        entry["absent_kinds"] = truth[2]
     blamed = set()
     for sport, role in nagle:
         # analyze.py names the SYN's sender the client, or the first packet's
