@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::traced::{BIN, Bench, errors, n, nginx, parse, wwr_server};
+use common::traced::{BIN, Bench, errors, n, nginx, parse, wwr_server, wwr_server_with};
 use common::{free_port, run_bounded};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -103,6 +103,7 @@ fn held_by_nagle(e: &Value) {
     assert!((30.0..60.0).contains(&m), "median hold {m} ms: {h:#}");
     assert!(h["text"].as_str().unwrap().contains("inside the kernel until the peer's ACK"), "{h:#}");
     assert_eq!(n(&h["resent"]), 0, "{h:#}");
+    assert_eq!(e["kernel_confirms"], true, "{e:#}");
     // The cost is measured: records, and per call.
     let c = &e["cost"];
     assert!(n(&c["records"]) > 0 && f(&c["calibrated_us_per_call"]) > 0.0, "{c:#}");
@@ -114,6 +115,7 @@ fn nothing_held(e: &Value) {
     let h = &e["kernel_hold"];
     assert_eq!(n(&h["nagle"]), 0, "{h:#}");
     assert!(n(&h["at_once"]) as f64 >= 0.9 * n(&h["writes"]) as f64 && n(&h["writes"]) > 20, "{h:#}");
+    assert!(e.get("kernel_confirms").is_none(), "{e:#}");
 }
 
 #[test]
@@ -151,6 +153,51 @@ fn python_server_with_tcp_nodelay_both_methods_agree_and_nothing_is_held() {
     assert_eq!(e["found"], false, "{e:#}");
     agree(&e, &p, false);
     nothing_held(&e);
+    assert_eq!(errors(&b.finish()), 0);
+}
+
+/// A server that pauses 80 ms between its two writes, Nagle on: the peer's
+/// delayed ACK (40 ms) is back before the second piece, so nothing is held,
+/// yet the calls have write-write-read's shape and the wire shows the same
+/// 80 ms gap. ptrace cannot tell; the kernel saw each piece leave as it was
+/// written, so eBPF says the time is the application's. The text report
+/// (eBPF chosen by default) says so too.
+#[test]
+fn an_application_pausing_between_its_writes_is_not_a_nagle_hold() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    let (_srv, port) = wwr_server_with("pause", false, 40.0, &["--think-ms", "80"]);
+    let b = Bench::start(port, 8.0);
+    let e = trace(port, "ebpf");
+    let p = trace(port, "ptrace");
+    let both = format!("ebpf: {e:#}\nptrace: {p:#}");
+    assert!(e["found"] == true && p["found"] == true, "{both}");
+    assert_eq!(e["kernel_confirms"], false, "{both}");
+    assert!(p.get("kernel_confirms").is_none() && p.get("kernel_hold").is_none(), "{both}");
+    let h = &e["kernel_hold"];
+    assert!(n(&h["at_once"]) as f64 >= 0.8 * n(&h["writes"]) as f64, "{h:#}");
+    assert!(e["text"].as_str().unwrap().ends_with("was the application's, not a Nagle stall"), "{both}");
+    // Text, with the method left to tcpdoctor.
+    let mut c = Command::new(BIN);
+    c.args(["inspect", &format!(":{port}"), "--trace", "1.5s"]);
+    let (out, _) = run_bounded(c, Duration::from_secs(40));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let pattern = text.split("WRITE PATTERN traced ").nth(1).unwrap_or_else(|| panic!("no trace section: {text}"));
+    assert!(pattern.starts_with("1.5 s with ebpf: "), "{text}");
+    assert!(pattern.contains("[kernel: left the host during the call]"), "{text}");
+    assert!(
+        pattern.contains("\n  kernel: ") && pattern.contains("\n  cost (ebpf): eBPF, the process never stopped: "),
+        "{text}"
+    );
+    let advice = text.split("\nADVICE\n").nth(1).unwrap_or_else(|| panic!("no advice: {text}"));
+    assert!(
+        advice.starts_with("  - the trace saw write-write-read (") && advice.contains("not a Nagle stall"),
+        "{text}"
+    );
+    assert!(!advice.contains("This is the shape of the Nagle + delayed-ACK stall"), "{text}");
     assert_eq!(errors(&b.finish()), 0);
 }
 

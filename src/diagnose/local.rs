@@ -273,6 +273,11 @@ pub fn trace_phrase(t: &Trace) -> String {
     let how = t.method;
     // The kernel's own account of the held bytes, when eBPF saw it.
     let kernel = match &t.kernel_hold {
+        Some(h) if t.kernel_confirms == Some(false) => format!(
+            "; but the kernel held only {} of {} writes by Nagle: the pieces left as written, the time between them \
+was the server's own",
+            h.nagle, h.writes
+        ),
         Some(h) if h.nagle > 0 => format!(
             "; the kernel held {} of {} writes by Nagle until the peer's ACK (median {})",
             h.nagle,

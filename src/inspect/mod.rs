@@ -526,7 +526,17 @@ fn advice(sw: &Software, sum: &Summary, host: &Host, trace: Option<&crate::repor
     if sum.nagle_on == 0 && !found {
         return a;
     }
-    if let Some(t) = trace.filter(|t| t.found) {
+    if let Some(t) = trace.filter(|t| t.found && t.kernel_confirms == Some(false)) {
+        // The shape, but the kernel saw the pieces leave as written: the application paced them.
+        let held = t.kernel_hold.as_ref().map_or(0, |h| h.nagle);
+        a.push(format!(
+            "the trace saw write-write-read ({} of {} responses on Nagle sockets in small pieces), but the kernel held \
+only {held} writes by Nagle: the pieces left the host as they were written, so the time between them is the \
+application's own (look at what it does between its writes), not a Nagle stall; Nagle can still stall them when \
+the ACK comes late:",
+            t.write_write_read, t.nagle_responses
+        ));
+    } else if let Some(t) = trace.filter(|t| t.found) {
         a.push(format!(
             "the trace saw write-write-read: {} of {} responses on Nagle sockets went out in small pieces, then the \
 process waited for the next request{}. This is the shape of the Nagle + delayed-ACK stall: the last piece waits \

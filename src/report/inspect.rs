@@ -92,6 +92,12 @@ pub struct Trace {
     /// eBPF only: when each write's bytes left the host, as the kernel saw it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_hold: Option<TraceHold>,
+    /// eBPF only, when write-write-read was found: whether the kernel held
+    /// by Nagle at least half as many writes as there were write-write-read
+    /// responses. false: the pieces left as they were written, so the time
+    /// between them was the application's, not a Nagle stall.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_confirms: Option<bool>,
     /// The finding in one sentence.
     pub text: String,
     /// What could not be traced, and why.

@@ -15,6 +15,11 @@ pub fn lab_script(name: &str) -> PathBuf {
 
 /// The Python lab server (tests/data/lab/wwr_server.py) on a free port.
 pub fn wwr_server(mode: &str, nodelay: bool, max_seconds: f64) -> (Proc, u16) {
+    wwr_server_with(mode, nodelay, max_seconds, &[])
+}
+
+/// The same with more arguments (`--think-ms 80`…).
+pub fn wwr_server_with(mode: &str, nodelay: bool, max_seconds: f64, more: &[&str]) -> (Proc, u16) {
     let port = free_port();
     let mut c = Command::new("python3");
     c.arg(lab_script("wwr_server.py")).args([
@@ -28,6 +33,7 @@ pub fn wwr_server(mode: &str, nodelay: bool, max_seconds: f64) -> (Proc, u16) {
     if nodelay {
         c.arg("--nodelay");
     }
+    c.args(more);
     let (p, line) = Proc::started(c);
     assert!(line.starts_with("listening"), "{line}");
     (p, port)

@@ -864,6 +864,7 @@ EINTR when tracing starts and when it ends, which servers retry"
         None => (Some(overhead(&rec, d.responses)), None, None),
         Some(x) => (None, Some(proof::cost(x, calls, rec.traced, d.responses)), Some(proof::holds(&holds))),
     };
+    let kernel_confirms = proof::confirms(d.write_write_read, kernel_hold.as_ref());
     let nagle_fraction = (d.nagle_responses > 0).then(|| d.nagle_in_pieces as f64 / d.nagle_responses as f64);
     let text = if d.responses == 0 {
         "no complete response was seen on a TCP socket (no traffic in the window?)".to_string()
@@ -876,7 +877,7 @@ process waited for the next request{}",
             d.gap_wwr_ns
                 .map(|g| format!(" (median {:.1} ms from the last piece to the next request)", ms(g)))
                 .unwrap_or_default()
-        )
+        ) + &kernel_hold.as_ref().filter(|_| kernel_confirms == Some(false)).map(proof::not_held).unwrap_or_default()
     } else if d.nagle_responses > 0 {
         format!(
             "no write-write-read on Nagle sockets: {} of {} responses there were written in one piece",
@@ -917,6 +918,7 @@ no stall shape",
         overhead,
         cost,
         kernel_hold,
+        kernel_confirms,
         text,
         notes,
     }

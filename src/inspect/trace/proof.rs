@@ -91,6 +91,26 @@ longest {:.1} ms){}; {}",
     t
 }
 
+/// Whether the kernel confirms a write-write-read finding as Nagle stalls:
+/// it held by Nagle at least half as many writes as there were such
+/// responses (each stalled response has one held piece). None without a
+/// finding or without the kernel's account.
+pub(super) fn confirms(write_write_read: u64, hold: Option<&TraceHold>) -> Option<bool> {
+    let h = hold.filter(|h| h.writes > 0)?;
+    (write_write_read > 0).then_some(h.nagle * 2 >= write_write_read)
+}
+
+/// The sentence added to a write-write-read finding the kernel does not confirm.
+pub(super) fn not_held(h: &TraceHold) -> String {
+    format!(
+        "; but the kernel held only {} of {} writes by Nagle{}: the pieces left the host as they were written, so \
+the time between them was the application's, not a Nagle stall",
+        h.nagle,
+        h.writes,
+        h.nagle_median_ms.map(|m| format!(" (median {m:.1} ms)")).unwrap_or_default()
+    )
+}
+
 /// What the programs cost: records per second, and per call as calibrated at start.
 pub(super) fn cost(x: &Extra, calls: u64, traced: Duration, responses: u64) -> TraceCost {
     let secs = traced.as_secs_f64().max(1e-6);
@@ -121,5 +141,24 @@ ns; the process's threads lost {:.2} % of their time{}",
         held_share,
         added_ms_per_response: added_ms,
         text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_confirms_a_finding_only_with_a_hold_per_second_response() {
+        let h = |nagle, writes| TraceHold { nagle, writes, ..TraceHold::default() };
+        // 170 write-write-read responses: 160 held pieces confirm, 24 do not.
+        assert_eq!(confirms(170, Some(&h(160, 340))), Some(true));
+        assert_eq!(confirms(170, Some(&h(85, 340))), Some(true));
+        assert_eq!(confirms(170, Some(&h(24, 348))), Some(false));
+        // No finding, no kernel account (ptrace), or no write followed: nothing to say.
+        assert_eq!(confirms(0, Some(&h(0, 340))), None);
+        assert_eq!(confirms(170, None), None);
+        assert_eq!(confirms(170, Some(&h(0, 0))), None);
+        assert!(not_held(&h(0, 348)).starts_with("; but the kernel held only 0 of 348 writes by Nagle: "));
     }
 }
