@@ -462,3 +462,22 @@ fn watch_without_cap_bpf_runs_and_says_why_there_are_no_labels() {
     );
     assert!(text.contains("\"type\":\"finding\"") && !text.contains("\"owner\""), "{text}");
 }
+
+/// `--method` needs `--trace` and one of its two values; diagnose's
+/// `--trace-method` the same values: a bad command line (exit 2) naming them.
+#[test]
+fn a_bad_method_is_a_bad_command_line() {
+    for (args, needle) in [
+        (&["inspect", "1", "--method", "ebpf"][..], "--trace <DURATION>"),
+        (&["inspect", "1", "--trace", "1s", "--method", "bpf"][..], "[possible values: ebpf, ptrace]"),
+        (&["diagnose", "http://127.0.0.1:1/", "--trace-method", "strace"][..], "[possible values: ebpf, ptrace]"),
+    ] {
+        let mut c = Command::new(BIN);
+        c.args(args);
+        let (out, _) = run_bounded(c, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
