@@ -78,9 +78,9 @@ b = json.load(sys.stdin)
 print("%.0f %.2f %d" % (b["requests_per_s"], b["latency"]["p50"], sum(b["errors"].values())))'
     fi
 }
-bpf_attached() { # PID: its five programs are held (fdinfo prog_id)
+bpf_attached() { # PID: its six programs are held (fdinfo prog_id)
     for _ in $(seq 500); do
-        [ "$(grep -l '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | wc -l)" -ge 5 ] && return 0
+        [ "$(grep -l '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | wc -l)" -ge 6 ] && return 0
         sleep 0.02
     done
     echo "tcpdoctor $1: eBPF programs not attached after 10 s" >&2

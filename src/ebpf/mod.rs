@@ -130,7 +130,10 @@ mod tests {
             return;
         }
         for (obj, progs) in [
-            (super::TRACE_OBJ, &[("trace_exit", "sys_exit"), ("trace_xmit", "net_dev_start_xmit")][..]),
+            (
+                super::TRACE_OBJ,
+                &[("trace_exit", "sys_exit"), ("trace_xmit", "net_dev_start_xmit"), ("trace_drop", "kfree_skb")][..],
+            ),
             (super::OWNERS_OBJ, &[("owner_send", "sock_send_length")][..]),
         ] {
             let bpf = super::load(obj, progs).unwrap_or_else(|e| panic!("{e}"));

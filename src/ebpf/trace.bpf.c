@@ -23,6 +23,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define EV_CALL 1
 #define EV_XMIT 2
 #define EV_RETRANS 3
+#define EV_DROP 4
 
 #define S_IFMT 0170000
 #define S_IFSOCK 0140000
@@ -30,7 +31,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define SOCK_STREAM 1
 #define AF_INET6 10
 
-/* One record; the layout is mirrored by `Raw` in src/ebpf/trace.rs. */
+/* One record; the layout is mirrored by `Raw` in src/inspect/trace/ebpf.rs. */
 struct event {
 	__u64 t_enter;     /* ns, CLOCK_MONOTONIC */
 	__u64 t_exit;
@@ -43,8 +44,8 @@ struct event {
 	__u32 tgid;
 	__u32 nr;
 	__s32 fd;
-	__u32 seq;         /* call: write_seq after it; xmit/retrans: first byte */
-	__u32 snd_nxt;     /* call: snd_nxt after it; xmit/retrans: end */
+	__u32 seq;         /* call: write_seq after it; xmit/retrans/drop: first byte */
+	__u32 snd_nxt;     /* call: snd_nxt after it; xmit/retrans/drop: end */
 	__u32 packets_out;
 	__u32 mss;
 	__u16 kind;
@@ -286,6 +287,26 @@ int trace_fork(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+/* The sequence range of the data in a TCP packet, and its source port; 0
+ * when it carries none. */
+static __always_inline int tcp_range(struct sk_buff *skb, __u32 *seq, __u32 *end, __u16 *sport)
+{
+	__u16 th = BPF_CORE_READ(skb, transport_header);
+	if (th == 0xffff)
+		return 0;
+	unsigned char *head = BPF_CORE_READ(skb, head), *data = BPF_CORE_READ(skb, data);
+	__u8 hdr[16];
+	if (bpf_probe_read_kernel(hdr, sizeof(hdr), head + th))
+		return 0;
+	*sport = ((__u16)hdr[0] << 8) | hdr[1];
+	*seq = ((__u32)hdr[4] << 24) | ((__u32)hdr[5] << 16) | ((__u32)hdr[6] << 8) | hdr[7];
+	long payload = (long)BPF_CORE_READ(skb, len) - (long)((head + th) - data) - (long)((hdr[12] >> 4) * 4);
+	if (payload <= 0)
+		return 0;
+	*end = *seq + (__u32)payload;
+	return 1;
+}
+
 /* A packet of a watched socket handed to a device: its sequence range. */
 SEC("raw_tracepoint/net_dev_start_xmit")
 int trace_xmit(struct bpf_raw_tracepoint_args *ctx)
@@ -297,18 +318,10 @@ int trace_xmit(struct bpf_raw_tracepoint_args *ctx)
 	struct sent *v = bpf_map_lookup_elem(&socks, &key);
 	if (!v)
 		return 0;
-	__u16 th = BPF_CORE_READ(skb, transport_header);
-	if (th == 0xffff)
+	__u32 seq, end;
+	__u16 sport;
+	if (!tcp_range(skb, &seq, &end, &sport))
 		return 0;
-	unsigned char *head = BPF_CORE_READ(skb, head), *data = BPF_CORE_READ(skb, data);
-	__u8 hdr[16];
-	if (bpf_probe_read_kernel(hdr, sizeof(hdr), head + th))
-		return 0;
-	__u32 seq = ((__u32)hdr[4] << 24) | ((__u32)hdr[5] << 16) | ((__u32)hdr[6] << 8) | hdr[7];
-	long payload = (long)BPF_CORE_READ(skb, len) - (long)((head + th) - data) - (long)((hdr[12] >> 4) * 4);
-	if (payload <= 0)
-		return 0;
-	__u32 end = seq + (__u32)payload;
 	__u64 now = bpf_ktime_get_ns();
 	v->last_t = now;
 	v->last_end = end;
@@ -349,6 +362,37 @@ int trace_retransmit(struct bpf_raw_tracepoint_args *ctx)
 	e->sk = key;
 	e->seq = range[0];
 	e->snd_nxt = range[1];
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* A packet of a watched socket dropped before it left the host (netfilter,
+ * a qdisc): TCP keeps its bytes and sends them again later, which on the
+ * wire looks like a hold. */
+SEC("raw_tracepoint/kfree_skb")
+int trace_drop(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct sk_buff *skb = (void *)ctx->args[0];
+	__u64 key = (__u64)BPF_CORE_READ(skb, sk);
+	if (!key || !bpf_map_lookup_elem(&socks, &key))
+		return 0;
+	__u32 seq, end;
+	__u16 sport;
+	if (!tcp_range(skb, &seq, &end, &sport))
+		return 0;
+	/* Only the socket's own data going out: a dropped incoming segment
+	 * carries the peer's sequence numbers. */
+	if (sport != BPF_CORE_READ((struct sock *)key, __sk_common.skc_num))
+		return 0;
+	struct event *e = reserve();
+	if (!e)
+		return 0;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->kind = EV_DROP;
+	e->t_enter = e->t_exit = bpf_ktime_get_ns();
+	e->sk = key;
+	e->seq = seq;
+	e->snd_nxt = end;
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }

@@ -237,7 +237,8 @@ pub struct TraceHold {
     pub held_other: u64,
     /// Their median hold, ms.
     pub held_other_median_ms: Option<f64>,
-    /// Sent at once by TCP but first left the host in a re-send (lost before the wire).
+    /// Lost before they left the host (dropped below TCP by netfilter or a
+    /// qdisc, or sent and re-sent) and left in a re-send: not held.
     pub resent: u64,
     /// Sent by TCP at once, left a device later (a queue below TCP).
     pub queued: u64,

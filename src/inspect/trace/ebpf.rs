@@ -21,6 +21,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("trace_fork", "sched_process_fork"),
     ("trace_xmit", "net_dev_start_xmit"),
     ("trace_retransmit", "tcp_retransmit_skb"),
+    ("trace_drop", "kfree_skb"),
 ];
 
 /// `struct event` in trace.bpf.c.
@@ -56,6 +57,7 @@ struct Raw {
 const EV_CALL: u16 = 1;
 const EV_XMIT: u16 = 2;
 const EV_RETRANS: u16 = 3;
+const EV_DROP: u16 = 4;
 const C_READ: u8 = 1;
 const C_WRITE: u8 = 2;
 const C_WAIT: u8 = 3;
@@ -359,13 +361,17 @@ impl Decoder {
 
     fn add(&mut self, r: &Raw) {
         match r.kind {
-            EV_XMIT | EV_RETRANS => {
+            EV_XMIT | EV_RETRANS | EV_DROP => {
                 self.xmits.push(hold::Xmit {
                     sk: r.sk,
                     t: self.rel(r.t_exit),
                     seq: r.seq,
                     end: r.snd_nxt,
-                    retrans: r.kind == EV_RETRANS,
+                    what: match r.kind {
+                        EV_XMIT => hold::Sent::Out,
+                        EV_RETRANS => hold::Sent::Again,
+                        _ => hold::Sent::Dropped,
+                    },
                 });
                 return;
             }

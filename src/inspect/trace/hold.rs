@@ -7,8 +7,8 @@
 //! It tells apart what the wire cannot: a Nagle hold (the bytes sat in the
 //! send queue behind unacknowledged data until an ACK released them), an
 //! application that writes late (its bytes left during the call: 0 ms held),
-//! and bytes TCP sent at once that first left the host in a re-send (a local
-//! drop, re-sent when the next ACK showed them missing).
+//! and bytes dropped before they left the host (netfilter, a qdisc), which
+//! TCP keeps and sends again on the next ACK or timer.
 
 use super::events::Nagle;
 
@@ -36,7 +36,18 @@ pub(crate) struct Write {
     pub left: bool,
 }
 
-/// A segment of a watched socket handed to a device, or re-sent by TCP.
+/// What happened to a segment of a watched socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Handed to a device (`net_dev_start_xmit`).
+    Out,
+    /// Re-sent by TCP (`tcp_retransmit_skb`).
+    Again,
+    /// Dropped before a device had it (`kfree_skb`: netfilter, a qdisc).
+    Dropped,
+}
+
+/// A segment of a watched socket handed to a device, re-sent or dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Xmit {
     pub sk: u64,
@@ -44,8 +55,7 @@ pub(crate) struct Xmit {
     /// First byte and end.
     pub seq: u32,
     pub end: u32,
-    /// From `tcp_retransmit_skb`: a re-send.
-    pub retrans: bool,
+    pub what: Sent,
 }
 
 /// What happened to a write's bytes.
@@ -59,7 +69,8 @@ pub(crate) enum Fate {
     /// Held in the send queue for another reason (TCP_CORK, MSG_MORE, the
     /// congestion or receive window) this long.
     Held(u64),
-    /// TCP sent it at once but it first left the host this long after, in a re-send.
+    /// Lost before it left the host (dropped below TCP, or sent and re-sent);
+    /// it left this long after the call, in a re-send. Not a hold.
     Resent(u64),
     /// TCP sent it at once; a device sent it this long after (queued below TCP).
     Queued(u64),
@@ -89,15 +100,19 @@ pub(crate) fn join(writes: &[Write], xmits: &[Xmit]) -> Vec<Fate> {
             }
             let last = w.end.wrapping_sub(1);
             let covers = |x: &Xmit| x.sk == w.sk && after_eq(last, x.seq) && !after_eq(last, x.end);
-            let Some(dep) = xmits.iter().find(|x| !x.retrans && x.t >= w.t_enter && covers(x)) else {
-                return match xmits.iter().find(|x| x.retrans && x.t >= w.t_enter && covers(x)) {
+            let Some(dep) = xmits.iter().find(|x| x.what == Sent::Out && x.t >= w.t_enter && covers(x)) else {
+                return match xmits.iter().find(|x| x.what == Sent::Again && x.t >= w.t_enter && covers(x)) {
                     Some(r) => Fate::Resent(r.t.saturating_sub(w.t_exit)),
                     None => Fate::Unseen,
                 };
             };
             let wait = dep.t.saturating_sub(w.t_exit);
-            let resent = xmits.iter().any(|x| x.retrans && covers(x) && x.t.abs_diff(dep.t) <= RESEND_MATCH_NS);
-            if resent {
+            let resent =
+                xmits.iter().any(|x| x.what == Sent::Again && covers(x) && x.t.abs_diff(dep.t) <= RESEND_MATCH_NS);
+            // Dropped on its way out after the call began: it waited for TCP to try again, not for Nagle.
+            let dropped =
+                xmits.iter().any(|x| x.what == Sent::Dropped && covers(x) && x.t >= w.t_enter && x.t <= dep.t);
+            if resent || dropped {
                 Fate::Resent(wait)
             } else if unsent <= 0 {
                 Fate::Queued(wait)
@@ -132,7 +147,7 @@ mod tests {
     }
 
     fn x(t: u64, seq: u32, end: u32, retrans: bool) -> Xmit {
-        Xmit { sk: 7, t, seq, end, retrans }
+        Xmit { sk: 7, t, seq, end, what: if retrans { Sent::Again } else { Sent::Out } }
     }
 
     #[test]
@@ -165,6 +180,24 @@ mod tests {
         assert_eq!(join(&writes, &resend[1..]), vec![Fate::Resent(41 * MS + 2_000 - 10_000)]);
         // Without a re-send it was queued below TCP (a qdisc), not held by it.
         assert_eq!(join(&writes, &resend[..1]), vec![Fate::Queued(41 * MS - 10_000)]);
+    }
+
+    #[test]
+    fn bytes_dropped_on_their_way_out_are_not_a_nagle_hold() {
+        // Nagle on, data in flight, the piece unsent at the call's exit: it
+        // looks like a Nagle hold, but its one try was dropped (netfilter) and
+        // TCP sent it again when the ACK came 43 ms later.
+        let writes = [w(0, 1825, 587, 1238, false)];
+        let drop = Xmit { sk: 7, t: 15_000, seq: 1238, end: 1825, what: Sent::Dropped };
+        let out = x(43 * MS, 1238, 1825, false);
+        assert_eq!(join(&writes, &[drop, out]), vec![Fate::Resent(43 * MS - 10_000)]);
+        // Without the drop it is the Nagle hold; a drop of another socket or other bytes changes nothing.
+        assert_eq!(join(&writes, &[out]), vec![Fate::Nagle(43 * MS - 10_000)]);
+        let other = Xmit { sk: 8, ..drop };
+        let earlier = Xmit { seq: 1000, end: 1238, ..drop };
+        assert_eq!(join(&writes, &[other, earlier, out]), vec![Fate::Nagle(43 * MS - 10_000)]);
+        // A drop is never taken for the departure.
+        assert_eq!(join(&writes, &[drop]), vec![Fate::Unseen]);
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub(super) fn fate_phrase(f: Fate) -> String {
         Fate::AtOnce => "left the host during the call".into(),
         Fate::Nagle(ns) => format!("held {:.1} ms by Nagle, then sent", ms(ns)),
         Fate::Held(ns) => format!("held {:.1} ms in the send queue (cork or window), then sent", ms(ns)),
-        Fate::Resent(ns) => format!("sent at once by TCP, left the host {:.1} ms later in a re-send", ms(ns)),
+        Fate::Resent(ns) => format!("lost before it left the host, sent again {:.1} ms later: not a hold", ms(ns)),
         Fate::Queued(ns) => format!("left the device {:.3} ms after the call", ms(ns)),
         Fate::Unseen => "departure not seen".into(),
     }
@@ -64,7 +64,10 @@ pub(super) fn holds(holds: &[Hold]) -> TraceHold {
         ));
     }
     if t.resent > 0 {
-        rest.push(format!("{} left the host only in a re-send (lost before the wire, not held)", t.resent));
+        rest.push(format!(
+            "{} were lost before they left the host (dropped below TCP) and left in a re-send: not held",
+            t.resent
+        ));
     }
     if t.queued > 0 {
         rest.push(format!("{} waited below TCP (a device queue)", t.queued));
