@@ -6,13 +6,13 @@
 //! into the checked-in `.bpf.o` objects, so building tcpdoctor needs no
 //! clang; a unit test fails when an object is not the build of its source.
 //! Loading is aya's (pure Rust): CO-RE relocations against the running
-//! kernel's BTF, then raw tracepoints attached by name (no tracefs, no
-//! kprobes). Every program is attached through a link that lives in a file
+//! kernel's BTF, then tracepoints attached by name, raw or BTF-typed
+//! (`tp_btf`; no tracefs, no kprobes). Every program is attached through a link that lives in a file
 //! descriptor of this process only (nothing is pinned): when tcpdoctor
 //! ends, however it ends, the kernel detaches them.
 
-use aya::programs::RawTracePoint;
-use aya::{Ebpf, EbpfLoader};
+use aya::programs::Program;
+use aya::{Btf, Ebpf, EbpfLoader};
 
 /// `inspect --trace`'s programs.
 pub(crate) static TRACE_OBJ: &[u8] = aya::include_bytes_aligned!("trace.bpf.o");
@@ -30,14 +30,27 @@ pub(crate) fn load(obj: &[u8], attach: &[(&str, &str)]) -> Result<Ebpf, String> 
     }
     raise_memlock();
     let mut bpf = EbpfLoader::new().load(obj).map_err(|e| why("loading the BPF object", &error_chain(&e)))?;
+    let mut btf = None;
     for &(prog, tp) in attach {
-        let p: &mut RawTracePoint = bpf
-            .program_mut(prog)
-            .ok_or_else(|| format!("the BPF object has no program {prog}"))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-        p.load().map_err(|e| why(&format!("loading {prog}"), &error_chain(&e)))?;
-        p.attach(tp).map_err(|e| why(&format!("attaching {prog} to the {tp} tracepoint"), &error_chain(&e)))?;
+        let loading = |e: &dyn std::error::Error| why(&format!("loading {prog}"), &error_chain(e));
+        let attaching =
+            |e: &dyn std::error::Error| why(&format!("attaching {prog} to the {tp} tracepoint"), &error_chain(e));
+        match bpf.program_mut(prog) {
+            Some(Program::RawTracePoint(p)) => {
+                p.load().map_err(|e| loading(&e))?;
+                p.attach(tp).map_err(|e| attaching(&e))?;
+            }
+            // BTF-typed: the kernel's types say what each argument is.
+            Some(Program::BtfTracePoint(p)) => {
+                if btf.is_none() {
+                    btf = Some(Btf::from_sys_fs().map_err(|e| why("reading the kernel's BTF", &error_chain(&e)))?);
+                }
+                p.load(tp, btf.as_ref().expect("read above")).map_err(|e| loading(&e))?;
+                p.attach().map_err(|e| attaching(&e))?;
+            }
+            Some(_) => return Err(format!("the BPF object's program {prog} is not a tracepoint program")),
+            None => return Err(format!("the BPF object has no program {prog}")),
+        }
     }
     Ok(bpf)
 }

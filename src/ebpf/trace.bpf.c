@@ -2,10 +2,12 @@
 /* inspect --trace with eBPF: the target's reads, writes and waits on TCP
  * sockets, and when each write's bytes left the host.
  *
- * sys_enter/sys_exit are the raw syscall tracepoints (attached by name: no
- * tracefs needed). Which syscall numbers matter, and what each is, comes from
- * the `calls` map that userspace fills from its own table; which processes,
- * from `tgids`. Everything else returns after two map lookups. */
+ * sys_enter/sys_exit are the syscall tracepoints, BTF-typed (tp_btf): the
+ * registers and the task's descriptor table are plain loads, not helper
+ * calls, since every syscall on the host passes through here. Which syscall
+ * numbers matter, and what each is, comes from the `calls` map that userspace
+ * fills from its own table; which processes, from `tgids`. Everything else
+ * returns after an array and a hash lookup. */
 #include "kernel.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -30,6 +32,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define IPPROTO_TCP 6
 #define SOCK_STREAM 1
 #define AF_INET6 10
+#define RB_NO_WAKEUP 1 /* userspace polls the ring: no wakeup per record */
 
 /* One record; the layout is mirrored by `Raw` in src/inspect/trace/ebpf.rs. */
 struct event {
@@ -73,12 +76,21 @@ struct {
 	__type(value, __u8);
 } calls SEC(".maps");
 
-/* Thread → when its current call began. */
+/* A traced thread's current call: when it began. Indexed by the thread id's
+ * low bits (an array: no lock, no allocation); the id is kept to tell two
+ * threads on one slot apart (the later one is then timed from its exit). */
+#define ENTRY_SLOTS 65536
+struct entry {
+	__u64 t;
+	__u32 tid;
+	__u32 pad;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ENTRY_SLOTS);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct entry);
 } entries SEC(".maps");
 
 /* A socket a traced process read or wrote: the last byte a device sent, and
@@ -126,14 +138,16 @@ static __always_inline struct event *reserve(void)
 	return e;
 }
 
-/* The TCP socket behind descriptor `fd` of the current process, or 0. */
+/* The TCP socket behind descriptor `fd` of the current process, or 0. The
+ * walk to the descriptor array is plain loads on BTF pointers; from the
+ * file on, helper reads. */
 static __always_inline struct sock *fd_sock(int fd, __u64 *ino)
 {
-	struct task_struct *task = (void *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
+	if (!fdt || fd < 0 || (unsigned int)fd >= fdt->max_fds)
 		return 0;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file **fds = fdt->fd;
 	struct file *f = 0;
 	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
 	if (!f)
@@ -164,10 +178,11 @@ static __always_inline void addresses(struct event *e, struct sock *sk)
 	}
 }
 
-SEC("raw_tracepoint/sys_enter")
-int trace_enter(struct bpf_raw_tracepoint_args *ctx)
+/* tp_btf/sys_enter: (struct pt_regs *regs, long id). */
+SEC("tp_btf/sys_enter")
+int trace_enter(__u64 *ctx)
 {
-	__u32 nr = ctx->args[1];
+	__u32 nr = ctx[1];
 	__u8 *code = bpf_map_lookup_elem(&calls, &nr);
 	if (!code || !*code)
 		return 0;
@@ -175,16 +190,21 @@ int trace_enter(struct bpf_raw_tracepoint_args *ctx)
 	__u32 tgid = id >> 32, tid = id;
 	if (!bpf_map_lookup_elem(&tgids, &tgid))
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	bpf_map_update_elem(&entries, &tid, &now, BPF_ANY);
+	__u32 slot = tid & (ENTRY_SLOTS - 1);
+	struct entry *en = bpf_map_lookup_elem(&entries, &slot);
+	if (en) {
+		en->t = bpf_ktime_get_ns();
+		en->tid = tid;
+	}
 	return 0;
 }
 
-SEC("raw_tracepoint/sys_exit")
-int trace_exit(struct bpf_raw_tracepoint_args *ctx)
+/* tp_btf/sys_exit: (struct pt_regs *regs, long ret). */
+SEC("tp_btf/sys_exit")
+int trace_exit(__u64 *ctx)
 {
-	struct pt_regs *regs = (void *)ctx->args[0];
-	__u32 nr = BPF_CORE_READ(regs, orig_ax);
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	__u32 nr = regs->orig_ax;
 	__u8 *codep = bpf_map_lookup_elem(&calls, &nr);
 	if (!codep || !*codep)
 		return 0;
@@ -195,14 +215,15 @@ int trace_exit(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 enter = now;
-	__u64 *t0 = bpf_map_lookup_elem(&entries, &tid);
-	if (t0) {
-		enter = *t0;
-		bpf_map_delete_elem(&entries, &tid);
+	__u32 slot = tid & (ENTRY_SLOTS - 1);
+	struct entry *en = bpf_map_lookup_elem(&entries, &slot);
+	if (en && en->tid == tid && en->t) {
+		enter = en->t;
+		en->t = 0;
 	}
-	long ret = ctx->args[1];
+	long ret = ctx[1];
 	/* The arguments are still in the saved registers at exit. */
-	__u64 a0 = BPF_CORE_READ(regs, di), a2 = BPF_CORE_READ(regs, dx);
+	__u64 a0 = regs->di, a2 = regs->dx;
 	struct sock *sk = 0;
 	__u64 ino = 0;
 	int fd = -1;
@@ -239,13 +260,15 @@ int trace_exit(struct bpf_raw_tracepoint_args *ctx)
 	e->fd = fd;
 	e->ret = ret;
 	e->arg2 = a2;
-	e->arg3 = BPF_CORE_READ(regs, r10);
+	e->arg3 = regs->r10;
 	if (sk) {
 		e->sk = (__u64)sk;
 		e->ino = ino;
-		addresses(e, sk);
 		__u64 key = (__u64)sk;
 		struct sent *v = bpf_map_lookup_elem(&socks, &key);
+		/* Addresses on a socket's first record only (family 0 after). */
+		if (!v)
+			addresses(e, sk);
 		if (dir == C_WRITE) {
 			struct tcp_sock *tp = (void *)sk;
 			e->seq = BPF_CORE_READ(tp, write_seq);
@@ -270,7 +293,7 @@ int trace_exit(struct bpf_raw_tracepoint_args *ctx)
 			bpf_map_update_elem(&socks, &key, &n, BPF_NOEXIST);
 		}
 	}
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
 	return 0;
 }
 
@@ -291,28 +314,29 @@ int trace_fork(struct bpf_raw_tracepoint_args *ctx)
  * when it carries none. */
 static __always_inline int tcp_range(struct sk_buff *skb, __u32 *seq, __u32 *end, __u16 *sport)
 {
-	__u16 th = BPF_CORE_READ(skb, transport_header);
+	__u16 th = skb->transport_header;
 	if (th == 0xffff)
 		return 0;
-	unsigned char *head = BPF_CORE_READ(skb, head), *data = BPF_CORE_READ(skb, data);
+	unsigned char *head = skb->head, *data = skb->data;
 	__u8 hdr[16];
 	if (bpf_probe_read_kernel(hdr, sizeof(hdr), head + th))
 		return 0;
 	*sport = ((__u16)hdr[0] << 8) | hdr[1];
 	*seq = ((__u32)hdr[4] << 24) | ((__u32)hdr[5] << 16) | ((__u32)hdr[6] << 8) | hdr[7];
-	long payload = (long)BPF_CORE_READ(skb, len) - (long)((head + th) - data) - (long)((hdr[12] >> 4) * 4);
+	long payload = (long)skb->len - (long)((head + th) - data) - (long)((hdr[12] >> 4) * 4);
 	if (payload <= 0)
 		return 0;
 	*end = *seq + (__u32)payload;
 	return 1;
 }
 
-/* A packet of a watched socket handed to a device: its sequence range. */
-SEC("raw_tracepoint/net_dev_start_xmit")
-int trace_xmit(struct bpf_raw_tracepoint_args *ctx)
+/* A packet of a watched socket handed to a device: its sequence range.
+ * tp_btf/net_dev_start_xmit: (struct sk_buff *skb, struct net_device *dev). */
+SEC("tp_btf/net_dev_start_xmit")
+int trace_xmit(__u64 *ctx)
 {
-	struct sk_buff *skb = (void *)ctx->args[0];
-	__u64 key = (__u64)BPF_CORE_READ(skb, sk);
+	struct sk_buff *skb = (struct sk_buff *)ctx[0];
+	__u64 key = (__u64)skb->sk;
 	if (!key)
 		return 0;
 	struct sent *v = bpf_map_lookup_elem(&socks, &key);
@@ -338,7 +362,7 @@ int trace_xmit(struct bpf_raw_tracepoint_args *ctx)
 	e->sk = key;
 	e->seq = seq;
 	e->snd_nxt = end;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
 	return 0;
 }
 
@@ -362,18 +386,18 @@ int trace_retransmit(struct bpf_raw_tracepoint_args *ctx)
 	e->sk = key;
 	e->seq = range[0];
 	e->snd_nxt = range[1];
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
 	return 0;
 }
 
 /* A packet of a watched socket dropped before it left the host (netfilter,
  * a qdisc): TCP keeps its bytes and sends them again later, which on the
  * wire looks like a hold. */
-SEC("raw_tracepoint/kfree_skb")
-int trace_drop(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/kfree_skb")
+int trace_drop(__u64 *ctx)
 {
-	struct sk_buff *skb = (void *)ctx->args[0];
-	__u64 key = (__u64)BPF_CORE_READ(skb, sk);
+	struct sk_buff *skb = (struct sk_buff *)ctx[0];
+	__u64 key = (__u64)skb->sk;
 	if (!key || !bpf_map_lookup_elem(&socks, &key))
 		return 0;
 	__u32 seq, end;
@@ -393,6 +417,6 @@ int trace_drop(struct bpf_raw_tracepoint_args *ctx)
 	e->sk = key;
 	e->seq = seq;
 	e->snd_nxt = end;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
 	return 0;
 }

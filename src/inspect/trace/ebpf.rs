@@ -284,7 +284,8 @@ struct Decoder {
     dropped: u64,
     tids: Vec<u32>,
     tgids: HashSet<u32>,
-    writes: Vec<(hold::Write, u16, u32, u64)>,
+    /// Each write, its socket, thread and entry time.
+    writes: Vec<(hold::Write, u32, u32, u64)>,
     xmits: Vec<hold::Xmit>,
 }
 
@@ -329,33 +330,46 @@ impl Decoder {
         t.saturating_sub(self.t0)
     }
 
-    /// The socket of a record, added on first sight.
+    /// The socket of a record, added on first sight. The programs send a
+    /// socket's addresses with its first record only (`family` 0 after), which
+    /// may sort after a call that began earlier: they are filled in when they come.
     fn sock(&mut self, r: &Raw) -> u32 {
-        if let Some(&s) = self.by_inode.get(&r.ino) {
-            return s;
-        }
-        let addr = |a: &[u8; 16], port: u16| {
-            let ip = if r.family == libc::AF_INET6 as u16 {
-                IpAddr::V6(Ipv6Addr::from(*a))
-            } else {
-                IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
-            };
-            SocketAddr::new(ip, port).to_string()
+        let s = match self.by_inode.get(&r.ino) {
+            Some(&s) => s,
+            None => {
+                let s = self.socks.len() as u32;
+                self.socks.push(Sock {
+                    pid: r.tgid,
+                    fd: r.fd,
+                    inode: r.ino,
+                    role: Role::Unknown,
+                    local: None,
+                    port: None,
+                    peer: None,
+                    mss: None,
+                    accepted_in_window: false,
+                });
+                self.by_inode.insert(r.ino, s);
+                s
+            }
         };
-        let role = if self.listen_ports.contains(&r.lport) { Role::Accepted } else { Role::Outgoing };
-        let s = self.socks.len() as u32;
-        self.socks.push(Sock {
-            pid: r.tgid,
-            fd: r.fd,
-            inode: r.ino,
-            role,
-            local: Some(addr(&r.laddr, r.lport)),
-            port: Some(r.lport),
-            peer: Some(addr(&r.raddr, r.rport)),
-            mss: None,
-            accepted_in_window: false,
-        });
-        self.by_inode.insert(r.ino, s);
+        let sock = &mut self.socks[s as usize];
+        if r.family != 0 && sock.local.is_none() {
+            let addr = |a: &[u8; 16], port: u16| {
+                let ip = if r.family == libc::AF_INET6 as u16 {
+                    IpAddr::V6(Ipv6Addr::from(*a))
+                } else {
+                    IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+                };
+                SocketAddr::new(ip, port).to_string()
+            };
+            sock.local = Some(addr(&r.laddr, r.lport));
+            sock.peer = Some(addr(&r.raddr, r.rport));
+            sock.port = Some(r.lport);
+            if sock.role == Role::Unknown {
+                sock.role = if self.listen_ports.contains(&r.lport) { Role::Accepted } else { Role::Outgoing };
+            }
+        }
         s
     }
 
@@ -426,7 +440,7 @@ impl Decoder {
                         nagle: ev.nagle,
                         left: r.left != 0,
                     };
-                    self.writes.push((w, r.lport, r.tid, t_ns));
+                    self.writes.push((w, s, r.tid, t_ns));
                 }
             }
         }
@@ -443,7 +457,13 @@ impl Decoder {
         hold::join(&writes, &self.xmits)
             .into_iter()
             .zip(&self.writes)
-            .map(|(fate, &(w, port, tid, t_ns))| Hold { port, tid, t_ns, bytes: w.bytes, fate })
+            .map(|(fate, &(w, s, tid, t_ns))| Hold {
+                port: self.socks[s as usize].port.unwrap_or(0),
+                tid,
+                t_ns,
+                bytes: w.bytes,
+                fate,
+            })
             .collect()
     }
 }
