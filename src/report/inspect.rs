@@ -207,10 +207,10 @@ pub struct TraceCost {
     pub lost: u64,
     /// Traced calls per second.
     pub calls_per_s: f64,
-    /// Measured at start: what the programs add to a traced call (a read on a
-    /// TCP socket of a traced process), µs.
+    /// Measured at start: the CPU time the programs add to a traced call (a
+    /// read on a TCP socket of a traced process), µs.
     pub calibrated_us_per_call: Option<f64>,
-    /// Measured at start: what they add to any other syscall on the host, ns.
+    /// Measured at start: the CPU time they add to any other syscall on the host, ns.
     pub calibrated_ns_other_syscall: Option<f64>,
     /// Thread time added per second of trace, summed over threads (calls/s × cost).
     pub held_share: Option<f64>,

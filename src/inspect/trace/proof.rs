@@ -125,7 +125,7 @@ pub(super) fn cost(x: &Extra, calls: u64, traced: Duration, responses: u64) -> T
         format!("eBPF, the process never stopped: {} records ({:.0}/s, {} lost)", x.sent, x.sent as f64 / secs, x.lost);
     match cal {
         Some(c) => text.push_str(&format!(
-            "; each traced call took ≈ {:.2} µs longer (measured at start), any other syscall on the host ≈ {:.0} \
+            "; each traced call cost ≈ {:.2} µs more CPU (measured at start), any other syscall on the host ≈ {:.0} \
 ns; the process's threads lost {:.2} % of their time{}",
             c.traced_ns / 1e3,
             c.other_ns,
