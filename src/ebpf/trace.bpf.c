@@ -330,6 +330,21 @@ static __always_inline int tcp_range(struct sk_buff *skb, __u32 *seq, __u32 *end
 	return 1;
 }
 
+/* A record of a segment of socket `key`: sent, re-sent or dropped. */
+static __always_inline void segment(__u16 kind, __u64 key, __u32 seq, __u32 end, __u64 now)
+{
+	struct event *e = reserve();
+	if (!e)
+		return;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->kind = kind;
+	e->t_enter = e->t_exit = now;
+	e->sk = key;
+	e->seq = seq;
+	e->snd_nxt = end;
+	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
+}
+
 /* A packet of a watched socket handed to a device: its sequence range.
  * tp_btf/net_dev_start_xmit: (struct sk_buff *skb, struct net_device *dev). */
 SEC("tp_btf/net_dev_start_xmit")
@@ -353,16 +368,7 @@ int trace_xmit(__u64 *ctx)
 		return 0;
 	if ((__s32)(end - v->pending_end) >= 0)
 		v->pending = 0;
-	struct event *e = reserve();
-	if (!e)
-		return 0;
-	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = EV_XMIT;
-	e->t_enter = e->t_exit = now;
-	e->sk = key;
-	e->seq = seq;
-	e->snd_nxt = end;
-	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
+	segment(EV_XMIT, key, seq, end, now);
 	return 0;
 }
 
@@ -377,16 +383,7 @@ int trace_retransmit(struct bpf_raw_tracepoint_args *ctx)
 	__u32 range[2];
 	if (bpf_probe_read_kernel(range, sizeof(range), skb->cb))
 		return 0;
-	struct event *e = reserve();
-	if (!e)
-		return 0;
-	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = EV_RETRANS;
-	e->t_enter = e->t_exit = bpf_ktime_get_ns();
-	e->sk = key;
-	e->seq = range[0];
-	e->snd_nxt = range[1];
-	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
+	segment(EV_RETRANS, key, range[0], range[1], bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -408,15 +405,6 @@ int trace_drop(__u64 *ctx)
 	 * carries the peer's sequence numbers. */
 	if (sport != BPF_CORE_READ((struct sock *)key, __sk_common.skc_num))
 		return 0;
-	struct event *e = reserve();
-	if (!e)
-		return 0;
-	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = EV_DROP;
-	e->t_enter = e->t_exit = bpf_ktime_get_ns();
-	e->sk = key;
-	e->seq = seq;
-	e->snd_nxt = end;
-	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
+	segment(EV_DROP, key, seq, end, bpf_ktime_get_ns());
 	return 0;
 }
