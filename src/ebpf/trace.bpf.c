@@ -6,8 +6,8 @@
  * registers and the task's descriptor table are plain loads, not helper
  * calls, since every syscall on the host passes through here. Which syscall
  * numbers matter, and what each is, comes from the `calls` map that userspace
- * fills from its own table; which processes, from `tgids`. Everything else
- * returns after an array and a hash lookup. */
+ * fills from its own table; which processes, from the `traced` bitmap.
+ * Everything else returns after two array lookups (inlined: no helper call). */
 #include "kernel.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -62,12 +62,22 @@ struct event {
 	__u8 raddr[16];
 };
 
+/* The traced processes: one bit per process id (pid_max is at most 2^22),
+ * 64 to a word; set by userspace and by trace_fork. */
+#define PID_WORDS 65536
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PID_WORDS);
 	__type(key, __u32);
-	__type(value, __u8);
-} tgids SEC(".maps");
+	__type(value, __u64);
+} traced SEC(".maps");
+
+static __always_inline int is_traced(__u32 tgid)
+{
+	__u32 w = tgid >> 6;
+	__u64 *bits = bpf_map_lookup_elem(&traced, &w);
+	return bits && ((*bits >> (tgid & 63)) & 1);
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -188,7 +198,7 @@ int trace_enter(__u64 *ctx)
 		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = id;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
+	if (!is_traced(tgid))
 		return 0;
 	__u32 slot = tid & (ENTRY_SLOTS - 1);
 	struct entry *en = bpf_map_lookup_elem(&entries, &slot);
@@ -211,7 +221,7 @@ int trace_exit(__u64 *ctx)
 	__u8 code = *codep;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = id;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
+	if (!is_traced(tgid))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 enter = now;
@@ -303,10 +313,14 @@ int trace_fork(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct task_struct *parent = (void *)ctx->args[0], *child = (void *)ctx->args[1];
 	__u32 ptgid = BPF_CORE_READ(parent, tgid), ctgid = BPF_CORE_READ(child, tgid);
-	if (ptgid == ctgid || !bpf_map_lookup_elem(&tgids, &ptgid))
+	if (ptgid == ctgid || !is_traced(ptgid))
 		return 0;
-	__u8 one = 1;
-	bpf_map_update_elem(&tgids, &ctgid, &one, BPF_NOEXIST);
+	/* Not atomic: two forks setting bits of one word at the same instant can
+	 * lose one, and that child goes untraced (as a lost record would). */
+	__u32 w = ctgid >> 6;
+	__u64 *bits = bpf_map_lookup_elem(&traced, &w);
+	if (bits)
+		*bits |= 1ULL << (ctgid & 63);
 	return 0;
 }
 

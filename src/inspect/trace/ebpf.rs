@@ -8,7 +8,7 @@
 use super::events::{self, Call, Dir, Event, Nagle, Role, Sock, Sys};
 use super::hold::{self, Fate};
 use super::{Known, MAX_EVENTS, Recording, Request};
-use aya::maps::{Array, HashMap as BpfHash, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,7 +123,7 @@ pub(super) fn start() -> Result<Session, String> {
         }
     }
     Ok(Session {
-        tgids: BpfHash::try_from(take(&mut bpf, "tgids")?).map_err(map_err)?,
+        traced: Array::try_from(take(&mut bpf, "traced")?).map_err(map_err)?,
         ring: RingBuf::try_from(take(&mut bpf, "events")?).map_err(map_err)?,
         counts: PerCpuArray::try_from(take(&mut bpf, "counts")?).map_err(map_err)?,
         _calls: calls,
@@ -133,7 +133,8 @@ pub(super) fn start() -> Result<Session, String> {
 
 /// Loaded and attached programs: dropping it detaches them.
 pub(super) struct Session {
-    tgids: BpfHash<MapData, u32, u8>,
+    /// One bit per traced process id (`traced` in trace.bpf.c).
+    traced: Array<MapData, u64>,
     ring: RingBuf<MapData>,
     counts: PerCpuArray<MapData, u64>,
     _calls: Array<MapData, u8>,
@@ -141,6 +142,14 @@ pub(super) struct Session {
 }
 
 impl Session {
+    /// Traces process `pid` (`on`) or stops tracing it.
+    fn mark(&mut self, pid: u32, on: bool) -> Result<(), String> {
+        let (w, bit) = (pid >> 6, 1u64 << (pid & 63));
+        let err = |e: aya::maps::MapError| format!("BPF map: {e}");
+        let word = self.traced.get(&w, 0).map_err(err)?;
+        self.traced.set(w, if on { word | bit } else { word & !bit }, 0).map_err(err)
+    }
+
     fn count(&self, i: u32) -> u64 {
         self.counts.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
@@ -193,14 +202,14 @@ fn median3(f: &mut dyn FnMut() -> Option<f64>) -> Option<f64> {
 fn calibrate(s: &mut Session, base: Option<f64>) -> Option<Calibration> {
     let me = std::process::id();
     let other = median3(&mut || read_loop(CAL_CALLS))?;
-    s.tgids.insert(me, 1, 0).ok()?;
+    s.mark(me, true).ok()?;
     let mut junk = Vec::new();
     let traced = median3(&mut || {
         let r = read_loop(CAL_CALLS);
         s.drain(&mut junk);
         r
     });
-    let _ = s.tgids.remove(&me);
+    let _ = s.mark(me, false);
     s.drain(&mut junk);
     let base = base?;
     Some(Calibration { traced_ns: (traced? - base).max(0.0), other_ns: (other - base).max(0.0) })
@@ -215,7 +224,7 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     let (lost0, sent0) = (s.count(0), s.count(1));
     let mut initial: HashSet<u32> = HashSet::new();
     for &pid in &req.pids {
-        s.tgids.insert(pid, 1, 0).map_err(|e| format!("BPF map: {e}"))?;
+        s.mark(pid, true)?;
         initial.extend(super::tasks(pid));
     }
     let t0 = crate::ebpf::monotonic_ns();
