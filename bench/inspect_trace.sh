@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # What `inspect --trace` costs a busy server, next to strace, in one run:
-# requests/s of `tcpdoctor bench` (keep-alive, 10 connections, 2 threads)
-# against Debian's nginx (started by `tcpdoctor lab --nginx`: one process,
-# sendfile on) with
+# requests/s of wrk (keep-alive, 10 connections, 2 threads; `tcpdoctor bench`
+# with the same shape when wrk is missing) against Debian's nginx (started by
+# `tcpdoctor lab --nginx`: one process, sendfile on) with
 #   (a) nothing attached,
-#   (b) `tcpdoctor inspect :PORT --trace` attached for the whole run,
-#   (c) `strace -f -e trace=network,read,write -o /dev/null -p PID` attached
+#   (b) `tcpdoctor inspect :PORT --trace --method ebpf` for the whole run,
+#   (c) `tcpdoctor inspect :PORT --trace --method ptrace` for the whole run,
+#   (d) `strace -f -e trace=network,read,write -o /dev/null -p PID` attached
 #       (if strace is installed; as root the script installs it with apt-get),
 # interleaved RUNS times, on nginx with `tcp_nodelay on` (CPU-bound: the cost
 # shows) and `tcp_nodelay off` (each response waits ~40 ms: the cost hides).
-# Prints each run, the medians, the ratios to (a), and inspect's own estimate
-# of its cost (from its JSON) to set beside the measured slowdown.
+# Prints each run, the medians, the ratios to (a), nginx's CPU time per
+# request (user + system, from /proc: steadier than requests/s when other work
+# shares the cores), each trace's own estimate of its cost and its finding
+# (from its JSON): eBPF's and ptrace's must match.
 #
 #   bench/inspect_trace.sh [RUNS] [SECONDS]     (default 3 runs of 5 s)
 #
@@ -57,16 +60,65 @@ wait_tracer() { # PID WANT(attached|detached)
     exit 1
 }
 
-bench() { # URL -> "requests_per_s p50_ms errors"
-    "$TD" bench -c 10 -t 2 -d "${SECS}s" --json "$1" | python3 -c '
+HAVE_WRK=$(command -v wrk >/dev/null && echo 1 || echo 0)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system, 1/100 s
+bench() { # URL -> "requests_per_s p50_ms errors nginx_cpu_us_per_request"
+    local c0 out
+    c0=$(cpu_ticks "$PID")
+    if [ "$HAVE_WRK" = 1 ]; then
+        out=$(wrk -t 2 -c 10 -d "${SECS}s" --latency "$1")
+        echo "$out" | python3 -c '
+import re, sys
+ticks = int(sys.argv[1]) - int(sys.argv[2])
+t = sys.stdin.read()
+total = int(re.search(r"(\d+) requests in", t).group(1))
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+m = re.search(r"50%\s+([\d.]+)(us|ms|s)\b", t)
+p50 = float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
+e = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", t)
+n = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+err = (sum(int(x) for x in e.groups()) if e else 0) + (int(n.group(1)) if n else 0)
+print("%.0f %.2f %d %.2f" % (rps, p50, err, ticks * 1e4 / max(total, 1)))' "$(cpu_ticks "$PID")" "$c0"
+    else
+        out=$("$TD" bench -c 10 -t 2 -d "${SECS}s" --json "$1")
+        echo "$out" | python3 -c '
 import json, sys
+ticks = int(sys.argv[1]) - int(sys.argv[2])
 b = json.load(sys.stdin)
-print("%.0f %.2f %d" % (b["requests_per_s"], b["latency"]["p50"], sum(b["errors"].values())))'
+print("%.0f %.2f %d %.2f" % (b["requests_per_s"], b["latency"]["p50"], sum(b["errors"].values()),
+                             ticks * 1e4 / max(b["requests"], 1)))' "$(cpu_ticks "$PID")" "$c0"
+    fi
+}
+bpf_attached() { # PID: its six programs are held (fdinfo prog_id)
+    for _ in $(seq 500); do
+        [ "$(grep -l '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | wc -l)" -ge 6 ] && return 0
+        sleep 0.02
+    done
+    echo "tcpdoctor $1: eBPF programs not attached after 10 s" >&2
+    exit 1
+}
+# A trace's finding and its cost, from its JSON.
+said() {
+    python3 -c '
+import json, sys
+t = json.load(open(sys.argv[1]))["trace"]
+h = t.get("kernel_hold") or {}
+hold = ("kernel hold median %.1f ms (%d of %d writes)" % (h["nagle_median_ms"], h["nagle"], h["writes"])
+        if h.get("nagle_median_ms") is not None else ("kernel: no Nagle hold in %d writes" % h["writes"] if h else ""))
+frac = t["nagle_in_pieces_fraction"]
+print("%s: found %s, wwr %d of %d Nagle responses, in pieces %s, gap %s ms; %s | %s" % (
+    t["method"], t["found"], t["write_write_read"], t["nagle_responses"],
+    "-" if frac is None else "%.2f" % frac, "-" if t["gap_wwr_ms"] is None else "%.1f" % t["gap_wwr_ms"],
+    hold, (t.get("overhead") or t.get("cost"))["text"]))' "$1"
 }
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); kernel $(uname -r); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$($TD --version); $(/usr/sbin/nginx -v 2>&1); $( [ "$HAVE_STRACE" = 1 ] && strace -V | head -1 || echo 'strace: not installed')"
-echo "bench: tcpdoctor bench -c 10 -t 2 -d ${SECS}s (keep-alive); $RUNS runs per case, interleaved"
+if [ "$HAVE_WRK" = 1 ]; then
+    echo "load: wrk -t 2 -c 10 -d ${SECS}s (keep-alive); $RUNS runs per case, interleaved"
+else
+    echo "load: tcpdoctor bench -c 10 -t 2 -d ${SECS}s (keep-alive; wrk not installed); $RUNS runs per case, interleaved"
+fi
 echo
 
 for name in nginx-nodelay-on nginx-nodelay-off; do
@@ -75,56 +127,53 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
     PORT=${URL##*:}
     PORT=${PORT%/}
     echo "== $name: $URL (pid $PID)"
-    printf '%-4s %-8s %10s %9s %7s\n' run case req_per_s p50_ms errors
+    printf '%-4s %-8s %10s %9s %7s %8s\n' run case req_per_s p50_ms errors cpu_us
     : >"$WORK/$name.rows"
     for r in $(seq "$RUNS"); do
-        read -r rps p50 err < <(bench "$URL")
-        printf '%-4s %-8s %10s %9s %7s\n' "$r" none "$rps" "$p50" "$err"
-        echo "none $rps $p50 $err" >>"$WORK/$name.rows"
+        read -r rps p50 err cpu < <(bench "$URL")
+        printf '%-4s %-8s %10s %9s %7s %8s\n' "$r" none "$rps" "$p50" "$err" "$cpu"
+        echo "none $rps $p50 $err $cpu" >>"$WORK/$name.rows"
 
-        # (b) inspect --trace for longer than the run; Ctrl-C (SIGINT) ends it after.
-        "$TD" inspect ":$PORT" --trace "$((SECS + 10))s" --json >"$WORK/trace.json" &
-        TRACER=$!
-        wait_tracer "$PID" attached
-        read -r rps p50 err < <(bench "$URL")
-        kill -INT "$TRACER"
-        wait "$TRACER"
-        TRACER=""
-        wait_tracer "$PID" detached
-        est=$(python3 -c '
-import json, sys
-o = json.load(open(sys.argv[1]))["trace"]["overhead"]
-print("%.0f %.1f %.1f %.0f %.3f" % (o["stops_per_s"], o["calibrated_us_per_stop"] or 0, o["us_per_stop"],
-      o["held_share"] * 100, o["added_ms_per_response"] or 0))' "$WORK/trace.json")
-        printf '%-4s %-8s %10s %9s %7s   inspect says: stops/s, calibrated µs/stop, µs/stop, %% held, ms/response = %s\n' \
-            "$r" trace "$rps" "$p50" "$err" "$est"
-        echo "trace $rps $p50 $err $est" >>"$WORK/$name.rows"
+        # (b) and (c): inspect --trace for longer than the run; Ctrl-C (SIGINT) ends it after.
+        for method in ebpf ptrace; do
+            "$TD" inspect ":$PORT" --trace "$((SECS + 10))s" --method "$method" --json >"$WORK/$method.json" &
+            TRACER=$!
+            if [ "$method" = ebpf ]; then bpf_attached "$TRACER"; else wait_tracer "$PID" attached; fi
+            read -r rps p50 err cpu < <(bench "$URL")
+            kill -INT "$TRACER"
+            wait "$TRACER"
+            TRACER=""
+            wait_tracer "$PID" detached
+            printf '%-4s %-8s %10s %9s %7s %8s   %s\n' "$r" "$method" "$rps" "$p50" "$err" "$cpu" "$(said "$WORK/$method.json")"
+            echo "$method $rps $p50 $err $cpu" >>"$WORK/$name.rows"
+        done
 
         if [ "$HAVE_STRACE" = 1 ]; then
             strace -f -e trace=network,read,write -o /dev/null -p "$PID" 2>/dev/null &
             TRACER=$!
             wait_tracer "$PID" attached
-            read -r rps p50 err < <(bench "$URL")
+            read -r rps p50 err cpu < <(bench "$URL")
             kill -INT "$TRACER"
             wait "$TRACER" || true
             TRACER=""
             wait_tracer "$PID" detached
-            printf '%-4s %-8s %10s %9s %7s\n' "$r" strace "$rps" "$p50" "$err"
-            echo "strace $rps $p50 $err" >>"$WORK/$name.rows"
+            printf '%-4s %-8s %10s %9s %7s %8s\n' "$r" strace "$rps" "$p50" "$err" "$cpu"
+            echo "strace $rps $p50 $err $cpu" >>"$WORK/$name.rows"
         fi
     done
     python3 - "$WORK/$name.rows" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 med = {}
-for case in ("none", "trace", "strace"):
+for case in ("none", "ebpf", "ptrace", "strace"):
     r = [x for x in rows if x[0] == case]
     if r:
         med[case] = (statistics.median(float(x[1]) for x in r), statistics.median(float(x[2]) for x in r),
-                     sum(int(x[3]) for x in r))
-for case, (rps, p50, err) in med.items():
+                     sum(int(x[3]) for x in r), statistics.median(float(x[4]) for x in r))
+for case, (rps, p50, err, cpu) in med.items():
     ratio = rps / med["none"][0] if med["none"][0] else float("nan")
-    print(f"median {case:<7} {rps:>9.0f} req/s  p50 {p50:6.2f} ms  errors {err}  ratio to none {ratio:.2f}")
+    print(f"median {case:<7} {rps:>9.0f} req/s  p50 {p50:6.2f} ms  errors {err}  ratio to none {ratio:.2f}"
+          f"  nginx CPU {cpu:.2f} us/request ({cpu / med['none'][3]:.2f}x)")
 PY
     echo
 done

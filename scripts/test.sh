@@ -26,6 +26,7 @@ have fish || need+=(fish)
 have groff || need+=(groff-base)
 have man || need+=(man-db)
 have systemd-analyze || need+=(systemd)
+have bpftool || [ -x /usr/sbin/bpftool ] || need+=(bpftool)
 if [ ${#need[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${need[*]}" >&2
   sudo=""

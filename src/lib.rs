@@ -16,6 +16,7 @@ pub mod demo;
 pub mod detect;
 pub mod diagnose;
 pub mod dist;
+mod ebpf;
 pub mod filter;
 pub mod input;
 pub mod inspect;

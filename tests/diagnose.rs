@@ -69,8 +69,16 @@ fn assert_nagle_as(code: i32, v: &Value, port: u16, captured: bool) {
         assert!(v["server"]["nagle_on"].as_u64().unwrap() >= 1, "{:#}", v["server"]);
         assert!(v["verdict"]["evidence"].to_string().contains("step 5"));
         // And its own calls, traced beside the load: write-write-read.
-        assert_eq!(v["server"]["trace"]["found"], true, "{:#}", v["server"]["trace"]);
+        let t = &v["server"]["trace"];
+        assert_eq!(t["found"], true, "{t:#}");
         assert!(v["verdict"]["evidence"].to_string().contains("write-write-read"), "{:#}", v["verdict"]);
+        // With eBPF (chosen when it loads), the kernel's own account: the pieces held by Nagle.
+        assert_eq!(t["method"], "ebpf", "{t:#}");
+        assert!(t["overhead"].is_null() && t["cost"]["records"].as_u64().unwrap() > 0, "{t:#}");
+        assert_eq!(t["kernel_confirms"], true, "{t:#}");
+        let held = t["kernel_hold"]["nagle_median_ms"].as_f64().unwrap_or_else(|| panic!("{t:#}"));
+        assert!((30.0..60.0).contains(&held), "{t:#}");
+        assert!(v["verdict"]["evidence"].to_string().contains("by Nagle until the peer's ACK (median "), "{v:#}");
     }
 }
 
@@ -96,6 +104,9 @@ fn assert_healthy(code: i32, v: &Value) {
         // Traced: responses seen, none with the stall's shape.
         let t = &v["server"]["trace"];
         assert!(t["found"] == false && t["responses"].as_u64().unwrap() > 0, "{t:#}");
+        // And by the kernel's account no write waited for an ACK.
+        assert_eq!(t["method"], "ebpf", "{t:#}");
+        assert_eq!(t["kernel_hold"]["nagle"], 0, "{t:#}");
     }
 }
 

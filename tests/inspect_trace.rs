@@ -5,14 +5,15 @@
 //! process receiving signals and a job-control stop while traced; an
 //! unprivileged run; a process that another tracer holds. After every
 //! trace the process must run on untraced and unstopped. Every process is
-//! stopped by its PID.
+//! stopped by its PID. These are the ptrace recorder's tests (`--method
+//! ptrace`); tests/ebpf_trace.rs runs the eBPF one beside it.
 
 mod common;
 
+use common::traced::{BIN, Bench, assert_untraced, errors, n, nginx, parse, status_field, wwr_server};
 use common::{Proc, free_port, run_bounded};
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -23,77 +24,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const BIN: &str = env!("CARGO_BIN_EXE_tcpdoctor");
-
-fn lab_script(name: &str) -> PathBuf {
-    common::data("lab").join(name)
-}
-
-/// The Python lab server (tests/data/lab/wwr_server.py) on a free port.
-fn wwr_server(mode: &str, nodelay: bool, max_seconds: f64) -> (Proc, u16) {
-    let port = free_port();
-    let mut c = Command::new("python3");
-    c.arg(lab_script("wwr_server.py")).args([
-        "--port",
-        &port.to_string(),
-        "--mode",
-        mode,
-        "--max-seconds",
-        &max_seconds.to_string(),
-    ]);
-    if nodelay {
-        c.arg("--nodelay");
-    }
-    let (p, line) = Proc::started(c);
-    assert!(line.starts_with("listening"), "{line}");
-    (p, port)
-}
-
-/// `tcpdoctor bench` running in the background, bounded by `-d`.
-struct Bench(Option<Child>);
-
-impl Bench {
-    fn start(port: u16, secs: f64) -> Bench {
-        let c = Command::new(BIN)
-            .args(["bench", "-c", "4", "-t", "1", "--timeout", "2s", "--json", "-d"])
-            .arg(format!("{secs}s"))
-            .arg(format!("http://127.0.0.1:{port}/"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Its keep-alive connections exist before the trace starts.
-        std::thread::sleep(Duration::from_millis(400));
-        Bench(Some(c))
-    }
-
-    /// Its JSON record (killed by PID, on drop, if it runs 20 s past its end).
-    fn finish(mut self) -> Value {
-        let until = Instant::now() + Duration::from_secs(20);
-        let c = self.0.as_mut().unwrap();
-        while c.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < until, "bench still running");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = self.0.take().unwrap().wait_with_output().unwrap();
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
-    }
-}
-
-impl Drop for Bench {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn errors(b: &Value) -> u64 {
-    b["errors"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
-}
-
 /// `tcpdoctor inspect ARGS… --json`, bounded: exit code, record (Null when none), stderr.
 fn inspect(args: &[&str]) -> (i32, Value, String) {
     let mut c = Command::new(BIN);
@@ -102,44 +32,9 @@ fn inspect(args: &[&str]) -> (i32, Value, String) {
     parse(out)
 }
 
-fn parse(out: Output) -> (i32, Value, String) {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let v = if out.stdout.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}{err}", String::from_utf8_lossy(&out.stdout)))
-    };
-    (out.status.code().unwrap_or(-1), v, err)
-}
-
 /// The kind row for (role, nagle), if any.
 fn kind<'a>(t: &'a Value, role: &str, nagle: &str) -> Option<&'a Value> {
     t["kinds"].as_array().unwrap().iter().find(|k| k["role"] == role && k["nagle"] == nagle)
-}
-
-fn n(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
-}
-
-fn status_field(pid: u32, tid: &str, name: &str) -> String {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
-    s.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("").trim().to_string()
-}
-
-/// Every thread of `pid`: not traced, and stopped only if `stopped`.
-fn assert_untraced(pid: u32, stopped: bool) {
-    let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap_or_else(|e| panic!("pid {pid} is gone: {e}"))
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    for tid in &tasks {
-        let state = status_field(pid, tid, "State:");
-        assert_eq!(status_field(pid, tid, "TracerPid:"), "0", "pid {pid} thread {tid} still traced");
-        let want = if stopped { 'T' } else { 'S' };
-        let ok = if stopped { state.starts_with('T') } else { state.starts_with(['S', 'R', 'D']) };
-        assert!(ok, "pid {pid} thread {tid}: state {state}, want {want}");
-    }
 }
 
 /// A split-write response's shape, call by call.
@@ -155,7 +50,7 @@ fn split_writes_with_nagle_are_write_write_read() {
     let _g = serial();
     let (mut srv, port) = wwr_server("wwr", false, 30.0);
     let b = Bench::start(port, 3.5);
-    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "2s"]);
+    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "2s", "--method", "ptrace"]);
     assert_eq!(code, 0, "{err}");
     let t = &v["trace"];
     assert_eq!(t["found"], true, "{t:#}");
@@ -198,7 +93,7 @@ fn threads_and_connections_started_during_the_trace_are_followed() {
     let (srv, port) = wwr_server("wwr", false, 30.0);
     let pid = srv.0.id();
     let mut ins = Command::new(BIN);
-    ins.args(["inspect", &format!(":{port}"), "--trace", "2.5s", "--json"]);
+    ins.args(["inspect", &format!(":{port}"), "--trace", "2.5s", "--method", "ptrace", "--json"]);
     let tracer = std::thread::spawn(move || parse(run_bounded(ins, Duration::from_secs(30)).0));
     let t = Instant::now();
     while status_field(pid, &pid.to_string(), "TracerPid:") == "0" {
@@ -228,7 +123,7 @@ fn single_writes_are_not_write_write_read_and_no_trace_without_the_flag() {
     let _g = serial();
     let (srv, port) = wwr_server("single", false, 30.0);
     let b = Bench::start(port, 3.0);
-    let (code, v, err) = inspect(&[&srv.0.id().to_string(), "--trace", "1.5s"]);
+    let (code, v, err) = inspect(&[&srv.0.id().to_string(), "--trace", "1.5s", "--method", "ptrace"]);
     assert_eq!(code, 0, "{err}");
     let t = &v["trace"];
     assert_eq!((t["found"].as_bool(), n(&t["write_write_read"])), (Some(false), 0), "{t:#}");
@@ -255,7 +150,7 @@ fn split_writes_with_nodelay_are_pieces_but_not_the_stall() {
     let _g = serial();
     let (srv, port) = wwr_server("wwr", true, 30.0);
     let b = Bench::start(port, 3.0);
-    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "1.5s"]);
+    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "1.5s", "--method", "ptrace"]);
     assert_eq!(code, 0, "{err}");
     let t = &v["trace"];
     assert_eq!((t["found"].as_bool(), n(&t["nagle_responses"])), (Some(false), 0), "{t:#}");
@@ -274,29 +169,6 @@ fn split_writes_with_nodelay_are_pieces_but_not_the_stall() {
 }
 
 /// nginx with a master and one worker, `tcp_nodelay on|off`, `sendfile on`.
-fn nginx(dir: &std::path::Path, port: u16, nodelay: bool) -> Proc {
-    std::fs::create_dir_all(dir.join("www")).unwrap();
-    let page = format!("<html><body>{}</body></html>\n", "tcpdoctor trace page. ".repeat(25));
-    std::fs::write(dir.join("www/index.html"), page).unwrap();
-    let d = dir.display();
-    let conf = format!(
-        "worker_processes 1;\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
-events {{ worker_connections 256; }}\nhttp {{\n default_type text/html;\n access_log off;\n\
- client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fastcgi;\n\
- uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n sendfile on;\n tcp_nopush off;\n tcp_nodelay {on};\n\
- keepalive_timeout 65;\n keepalive_requests 100000;\n\
- server {{ listen 127.0.0.1:{port}; root {d}/www; location / {{ index index.html; }} }}\n}}\n",
-        on = if nodelay { "on" } else { "off" }
-    );
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-    let mut c =
-        Command::new(if std::path::Path::new("/usr/sbin/nginx").exists() { "/usr/sbin/nginx" } else { "nginx" });
-    c.arg("-p").arg(dir).arg("-c").arg(dir.join("nginx.conf")).arg("-e").arg(dir.join("error.log"));
-    let mut p = Proc(c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-    common::wait_listening(port, &mut p);
-    p
-}
-
 #[test]
 fn nginx_tcp_nodelay_off_master_and_worker_keep_serving() {
     if !common::require_root() || !common::require("nginx") {
@@ -309,7 +181,7 @@ fn nginx_tcp_nodelay_off_master_and_worker_keep_serving() {
     let mpid = master.0.id();
     // A bench run that spans the whole trace, before and after it.
     let b = Bench::start(port, 4.0);
-    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "2s"]);
+    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "2s", "--method", "ptrace"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["process"]["pid"], mpid);
     let workers: Vec<u64> = v["process"]["workers"].as_array().unwrap().iter().map(n).collect();
@@ -349,16 +221,19 @@ fn nginx_tcp_nodelay_on_is_pieces_without_the_stall_in_text() {
     let port = free_port();
     let master = nginx(&dir, port, true);
     let b = Bench::start(port, 4.0);
-    let out = Command::new(BIN).args(["inspect", &format!(":{port}"), "--trace", "2s"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["inspect", &format!(":{port}"), "--trace", "2s", "--method", "ptrace"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("SUMMARY 0 of "), "{text}");
     let pattern = text.split("WRITE PATTERN traced ").nth(1).unwrap_or_else(|| panic!("no trace section: {text}"));
-    assert!(pattern.starts_with("2.0 s: "), "{text}");
+    assert!(pattern.starts_with("2.0 s with ptrace: "), "{text}");
     assert!(pattern.contains("accepted, TCP_NODELAY:"), "{text}");
     assert!(pattern.contains("no response was written with Nagle on") && pattern.contains("no stall shape"), "{text}");
     assert!(pattern.contains("\n    +0.000 writev fd ") && pattern.contains(" sendfile fd "), "{text}");
-    assert!(pattern.contains("\n  cost: ") && pattern.contains(" stops ("), "{text}");
+    assert!(pattern.contains("\n  cost (ptrace): ") && pattern.contains(" stops ("), "{text}");
     assert!(!text.contains("the trace saw write-write-read"), "{text}");
     let br = b.finish();
     assert_eq!(errors(&br), 0, "{br:#}");
@@ -385,7 +260,7 @@ fn a_process_that_exits_during_the_trace_gives_partial_results() {
     let (mut srv, port) = wwr_server("wwr", false, 3.0);
     let b = Bench::start(port, 3.5);
     let t0 = Instant::now();
-    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "8s"]);
+    let (code, v, err) = inspect(&[&format!(":{port}"), "--trace", "8s", "--method", "ptrace"]);
     assert_eq!(code, 0, "{err}");
     // It returned when the process exited, not after 8 s.
     assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
@@ -425,7 +300,7 @@ fn signals_reach_the_process_and_a_job_control_stop_stays() {
     let (p, _) = Proc::started(c);
     let pid = p.0.id();
     let mut ins = Command::new(BIN);
-    ins.args(["inspect", &pid.to_string(), "--trace", "2s", "--json"]);
+    ins.args(["inspect", &pid.to_string(), "--trace", "2s", "--method", "ptrace", "--json"]);
     let tracer = std::thread::spawn(move || parse(run_bounded(ins, Duration::from_secs(30)).0));
     let t = Instant::now();
     while status_field(pid, &pid.to_string(), "TracerPid:") == "0" {
@@ -497,7 +372,7 @@ fn a_process_already_traced_is_refused_naming_the_tracer() {
         assert!(t.elapsed() < Duration::from_secs(10), "strace did not attach");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (code, v, err) = inspect(&[&pid.to_string(), "--trace", "1s"]);
+    let (code, v, err) = inspect(&[&pid.to_string(), "--trace", "1s", "--method", "ptrace"]);
     assert_eq!(code, 5, "{err}");
     assert!(v.is_null());
     let want = format!("already traced by pid {} (strace)", strace.0.id());
@@ -517,7 +392,7 @@ fn traces_longer_than_a_minute_are_refused() {
     let (out, _) = run_bounded(
         {
             let mut c = Command::new(BIN);
-            c.args(["inspect", "1", "--trace", "61s"]);
+            c.args(["inspect", "1", "--trace", "61s", "--method", "ptrace"]);
             c
         },
         Duration::from_secs(10),

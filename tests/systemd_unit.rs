@@ -134,6 +134,19 @@ fn run_scraped(cmd: Command, port: u16) -> (Option<i32>, String) {
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// `setpriv` arguments for what the unit grants: a dynamic user, CAP_NET_RAW only, no_new_privs.
+fn unit_privileges() -> [&'static str; 7] {
+    [
+        "--reuid=61934",
+        "--regid=61934",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all,+net_raw",
+        "--ambient-caps=-all,+net_raw",
+        "--bounding-set=-all,+net_raw",
+    ]
+}
+
 #[test]
 fn the_units_command_runs_with_dynamic_users_privileges() {
     if !require_root() || !require("setpriv") {
@@ -141,9 +154,7 @@ fn the_units_command_runs_with_dynamic_users_privileges() {
     }
     let (argv, port) = command_line(&["--duration", "3s"]);
     let mut c = Command::new("setpriv");
-    c.args(["--reuid=61934", "--regid=61934", "--clear-groups", "--no-new-privs"])
-        .args(["--inh-caps=-all,+net_raw", "--ambient-caps=-all,+net_raw", "--bounding-set=-all,+net_raw"])
-        .args(&argv);
+    c.args(unit_privileges()).args(&argv);
     let (code, err) = run_scraped(c, port);
     assert_eq!(code, Some(0), "{argv:?}: {err}");
     assert!(err.contains(&format!("metrics at http://127.0.0.1:{port}/metrics")), "{err}");
@@ -187,15 +198,19 @@ fn watchs_system_calls_and_socket_families_pass_the_units_filters() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("strace");
     let (argv, port) = command_line(&["--duration", "3s"]);
+    // With the unit's privileges, as under systemd (root would also load eBPF).
     let mut c = Command::new("strace");
-    c.args(["-f", "-qq", "-o"]).arg(&log).args(&argv);
+    c.args(["-f", "-qq", "-o"]).arg(&log).arg("setpriv").args(unit_privileges()).args(&argv);
     let (code, err) = run_scraped(c, port);
     assert_eq!(code, Some(0), "{err}");
     let trace = std::fs::read_to_string(&log).unwrap();
     // Lines are "PID name(args…" (or "<… name resumed>", whose call was already seen).
     let mut used = BTreeSet::new();
     let mut socket_families = BTreeSet::new();
-    for l in trace.lines() {
+    // setpriv's own calls (dropping privileges) come before it executes watch.
+    let exec = format!("execve(\"{}\"", argv[0]);
+    let from = trace.lines().position(|l| l.contains(&exec)).expect("watch executed");
+    for l in trace.lines().skip(from) {
         // strace pads the PID to five columns.
         let Some(call) = l.split_once(' ').map(|(_, rest)| rest.trim_start()) else { continue };
         let Some((name, args)) = call.split_once('(') else { continue };

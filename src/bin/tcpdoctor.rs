@@ -261,6 +261,9 @@ struct DiagnoseArgs {
     /// With --try-nodelay: leave TCP_NODELAY set (`tcpdoctor nodelay PID restore` puts it back).
     #[arg(long, requires = "try_nodelay")]
     keep: bool,
+    /// Force how step 5 traces the server: `ebpf` or `ptrace` (default: eBPF when it loads, else ptrace).
+    #[arg(long, value_enum)]
+    trace_method: Option<TraceMethodArg>,
     /// Print the whole record as JSON.
     #[arg(long)]
     json: bool,
@@ -462,9 +465,12 @@ struct InspectArgs {
     /// How long to watch the host's delayed-ACK counters: seconds (`0.5`) or with a unit (`500ms`, `2s`).
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     window: Duration,
-    /// Also record reads and writes on TCP sockets with ptrace for this long (at most 60s), e.g. 5s.
+    /// Also record reads and writes on TCP sockets for this long (at most 60s), e.g. 5s: with eBPF when it loads, else ptrace.
     #[arg(long, value_parser = parse_trace, value_name = "DURATION")]
     trace: Option<Duration>,
+    /// Force how --trace records: `ebpf` (fail if it cannot load) or `ptrace`.
+    #[arg(long, value_enum, requires = "trace")]
+    method: Option<TraceMethodArg>,
     /// Print the results as JSON (schema in the README).
     #[arg(long)]
     json: bool,
@@ -481,6 +487,21 @@ struct NodelayArgs {
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// `--method`, `--trace-method`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TraceMethodArg {
+    Ebpf,
+    Ptrace,
+}
+
+fn trace_method(m: Option<TraceMethodArg>) -> inspect::TraceMethod {
+    match m {
+        None => inspect::TraceMethod::Auto,
+        Some(TraceMethodArg::Ebpf) => inspect::TraceMethod::Ebpf,
+        Some(TraceMethodArg::Ptrace) => inspect::TraceMethod::Ptrace,
+    }
 }
 
 /// `--trace`: more than 0, at most [`inspect::MAX_TRACE`].
@@ -549,7 +570,13 @@ fn run_inspect(a: InspectArgs) -> ExitCode {
         // Ctrl-C (or SIGTERM) ends the trace early: detach, then report what was recorded.
         tcpdoctor::interrupt::catch_all();
     }
-    let o = inspect::Options { window: a.window, port, trace: a.trace, trace_optional: false };
+    let o = inspect::Options {
+        window: a.window,
+        port,
+        trace: a.trace,
+        trace_optional: false,
+        trace_method: trace_method(a.method),
+    };
     match inspect::inspect(pid, &o) {
         Ok(r) if a.json => {
             print_json(&r);
@@ -1076,6 +1103,7 @@ fn diagnose_options(a: &DiagnoseArgs, trust: tcpdoctor::measure::tls::Trust) -> 
         interface: a.interface.clone(),
         inspect: !a.no_inspect,
         trust,
+        trace_method: trace_method(a.trace_method),
         ..diagnose::Options::default()
     }
 }
@@ -1460,8 +1488,16 @@ fn run_watch(a: WatchArgs) -> ExitCode {
     tcpdoctor::interrupt::catch_all();
     let at = server.as_ref().map(|s| format!(", metrics at http://{}/metrics", s.addr())).unwrap_or_default();
     eprintln!("tcpdoctor: watching {}{what}{at}; a summary every {:?}; Ctrl-C stops", a.iface, a.summary_every);
+    // Which process owns a stalled endpoint: from the kernel when eBPF loads.
+    let owners = match watch::Owners::start() {
+        Ok(o) => Some(o),
+        Err(why) => {
+            eprintln!("tcpdoctor: findings will not name the owning process: eBPF is not available ({why})");
+            None
+        }
+    };
     let mut out = output::Stdout;
-    let r = watch::run(&mut cap, &ro, metrics, tcpdoctor::interrupt::flag(), &mut out);
+    let r = watch::run(&mut cap, &ro, metrics, owners, tcpdoctor::interrupt::flag(), &mut out);
     drop(server);
     match r {
         Ok(_) => ExitCode::from(exit::OK),

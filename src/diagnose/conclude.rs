@@ -155,8 +155,9 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
             let name = crate::report::escape::clean(&p.software_name);
             evidence.push(format!("step 5: {name}'s own setting turns TCP_NODELAY off{src}"));
         }
-        // The application's own calls: the stall's shape, seen from inside the server.
-        if let Some(t) = p.trace.as_ref().filter(|t| t.found) {
+        // The application's own calls: the stall's shape, seen from inside the
+        // server; not when the kernel saw the pieces leave as they were written.
+        if let Some(t) = p.trace.as_ref().filter(|t| t.found && t.kernel_confirms != Some(false)) {
             sources += 1;
             evidence.push(format!("step 5: {}", super::local::trace_phrase(t)));
         }
@@ -456,7 +457,7 @@ mod tests {
 
     #[test]
     fn a_traced_write_write_read_is_evidence_and_raises_confidence() {
-        use crate::report::inspect::{Trace, TraceExample, TraceLine};
+        use crate::report::inspect::{Trace, TraceExample, TraceHold, TraceLine};
         let (r, alone, load, qa) =
             (rtt(0.02), step(0.15, 0.14, 0.0, false), step(43.9, 0.1, 43.7, false), step(0.2, 0.1, 0.0, true));
         let line = |call: &'static str, kind: &'static str, fd: Option<i32>, ret: i64| TraceLine {
@@ -473,6 +474,7 @@ mod tests {
             write_write_read: 88,
             found: true,
             gap_wwr_ms: Some(43.9),
+            method: "ptrace",
             example: Some(TraceExample {
                 lines: vec![
                     line("writev", "write", Some(7), 238),
@@ -493,13 +495,36 @@ mod tests {
             ..Facts::default()
         };
         // Sockets unreadable (no Nagle count): the trace is what makes it three sources.
-        let with = ServerStep { nagle_on: 0, unreadable: 8, ..server(Some(found)) };
+        let with = ServerStep { nagle_on: 0, unreadable: 8, ..server(Some(found.clone())) };
         let v = conclude(&facts(Some(&with)));
         assert_eq!((v.cause, v.confidence), ("nagle_delayed_ack", "high"));
         let e =
             v.evidence.iter().find(|e| e.contains("write-write-read")).unwrap_or_else(|| panic!("{:#?}", v.evidence));
         assert!(e.starts_with("step 5: traced 0.5 s with ptrace: 88 of 90 responses"), "{e}");
         assert!(e.contains("writev 238 B + sendfile 587 B, then epoll_wait"), "{e}");
+        // Traced with eBPF, the kernel's own account of the hold joins the line.
+        let hold = |nagle| TraceHold { writes: 180, nagle, nagle_median_ms: Some(43.6), ..TraceHold::default() };
+        let ebpf = |nagle, confirms| Trace {
+            method: "ebpf",
+            kernel_hold: Some(hold(nagle)),
+            kernel_confirms: Some(confirms),
+            ..found.clone()
+        };
+        let with = ServerStep { nagle_on: 0, unreadable: 8, ..server(Some(ebpf(88, true))) };
+        let v = conclude(&facts(Some(&with)));
+        assert_eq!(v.confidence, "high");
+        let e = v.evidence.iter().find(|e| e.contains("write-write-read")).unwrap();
+        assert!(
+            e.ends_with("; the kernel held 88 of 180 writes by Nagle until the peer's ACK (median 43.6 ms)"),
+            "{e}"
+        );
+        // The shape, but the kernel saw the pieces leave as written: not Nagle evidence.
+        let paced = ServerStep { nagle_on: 0, unreadable: 8, ..server(Some(ebpf(3, false))) };
+        let v = conclude(&facts(Some(&paced)));
+        assert_eq!(v.confidence, "medium", "{:#?}", v.evidence);
+        assert!(v.evidence.iter().all(|e| !e.contains("write-write-read")), "{:#?}", v.evidence);
+        let phrase = crate::diagnose::local::trace_phrase(paced.trace.as_ref().unwrap());
+        assert!(phrase.contains("; but the kernel held only 3 of 180 writes by Nagle"), "{phrase}");
         // Without it: the A/B and the read gap only.
         let without = ServerStep { nagle_on: 0, unreadable: 8, ..server(None) };
         let v = conclude(&facts(Some(&without)));

@@ -183,13 +183,13 @@ pub struct Inspecting(JoinHandle<Result<Option<InspectReport>, InspectError>>);
 /// keep-alive connections exist.
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// How long the server is inspected, and traced with ptrace, beside the load:
+/// How long the server is inspected, and traced (eBPF or ptrace), beside the load:
 /// long enough for dozens of responses even at 44 ms each on 8 connections,
 /// short enough that the requests it slows are a few percent of the load's.
 const TRACE: Duration = Duration::from_millis(500);
 
 /// Starts inspecting the process listening on `port`, beside the load.
-pub fn start_inspect(port: u16) -> Inspecting {
+pub fn start_inspect(port: u16, trace_method: inspect::TraceMethod) -> Inspecting {
     Inspecting(std::thread::spawn(move || {
         std::thread::sleep(SETTLE);
         match inspect::find_listener(port)? {
@@ -198,7 +198,7 @@ pub fn start_inspect(port: u16) -> Inspecting {
                 // The write pattern too, traced for the inspection window (not
                 // our own process: the demo's lab servers run in it).
                 let trace = (pid != std::process::id()).then_some(TRACE);
-                let o = inspect::Options { window: TRACE, port: Some(port), trace, trace_optional: true };
+                let o = inspect::Options { window: TRACE, port: Some(port), trace, trace_optional: true, trace_method };
                 inspect::inspect(pid, &o).map(Some)
             }
         }
@@ -226,6 +226,11 @@ pub fn finish_inspect(i: Inspecting, port: u16, missing: &mut Vec<String>) -> Op
     };
     if let Some(why) = r.notes.iter().find_map(|n| n.strip_prefix("not traced: ")) {
         missing.push(format!("step 5: the server's write pattern was not traced: {why}"));
+    }
+    if let Some(why) = r.trace.as_ref().and_then(|t| t.fallback.as_ref()) {
+        missing.push(format!(
+            "step 5: traced with ptrace, not eBPF ({why}): no kernel proof of the hold, and the server was slowed while traced"
+        ));
     }
     Some(ServerStep {
         pid: r.process.pid,
@@ -265,6 +270,23 @@ pub fn server_line(s: &ServerStep) -> String {
 /// What the trace saw, in a phrase for step 5's line and the evidence.
 pub fn trace_phrase(t: &Trace) -> String {
     let secs = t.traced_ms / 1e3;
+    let how = t.method;
+    // The kernel's own account of the held bytes, when eBPF saw it.
+    let kernel = match &t.kernel_hold {
+        Some(h) if t.kernel_confirms == Some(false) => format!(
+            "; but the kernel held only {} of {} writes by Nagle: the pieces left as written, the time between them \
+was the server's own",
+            h.nagle, h.writes
+        ),
+        Some(h) if h.nagle > 0 => format!(
+            "; the kernel held {} of {} writes by Nagle until the peer's ACK (median {})",
+            h.nagle,
+            h.writes,
+            ms(h.nagle_median_ms.unwrap_or(0.0))
+        ),
+        Some(h) if h.writes > 0 => format!("; the kernel held none of {} writes by Nagle", h.writes),
+        _ => String::new(),
+    };
     if t.found {
         let lines = t.example.as_ref().map_or(&[][..], |e| &e.lines[..]);
         let writes: Vec<String> =
@@ -272,17 +294,20 @@ pub fn trace_phrase(t: &Trace) -> String {
         let then = lines.iter().find(|l| l.kind != "write").map(|l| format!(", then {}", l.call)).unwrap_or_default();
         let example = if writes.is_empty() { String::new() } else { format!(": {}{then}", writes.join(" + ")) };
         format!(
-            "traced {secs:.1} s with ptrace: {} of {} responses on Nagle sockets were written in small pieces, then the \
-server waited for the next request (write-write-read{}{})",
+            "traced {secs:.1} s with {how}: {} of {} responses on Nagle sockets were written in small pieces, then the \
+server waited for the next request (write-write-read{}{}){kernel}",
             t.write_write_read,
             t.nagle_responses,
             t.gap_wwr_ms.map(|g| format!(", {} from the last piece to the next request", ms(g))).unwrap_or_default(),
             example
         )
     } else if t.responses == 0 {
-        format!("traced {secs:.1} s with ptrace: no complete response seen")
+        format!("traced {secs:.1} s with {how}: no complete response seen")
     } else {
-        format!("traced {secs:.1} s with ptrace: no write-write-read on Nagle sockets in {} responses", t.responses)
+        format!(
+            "traced {secs:.1} s with {how}: no write-write-read on Nagle sockets in {} responses{kernel}",
+            t.responses
+        )
     }
 }
 

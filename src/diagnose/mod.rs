@@ -50,6 +50,8 @@ pub struct Options {
     pub inspect: bool,
     /// Which certificates an https server may present.
     pub trust: Trust,
+    /// How step 5 traces the server: eBPF when it loads (the default), or forced.
+    pub trace_method: crate::inspect::TraceMethod,
 }
 
 impl Default for Options {
@@ -65,6 +67,7 @@ impl Default for Options {
             interface: None,
             inspect: true,
             trust: Trust::System,
+            trace_method: crate::inspect::TraceMethod::Auto,
         }
     }
 }
@@ -351,7 +354,7 @@ fn load_step(
     if !o.capture {
         missing.push("step 4: packet capture turned off (--no-capture)".into());
     }
-    let inspect = (o.inspect && local).then(|| local::start_inspect(addr.port()));
+    let inspect = (o.inspect && local).then(|| local::start_inspect(addr.port(), o.trace_method));
     if !local {
         missing.push(format!(
             "step 5: {} is not on this host, so its process and socket options were not read",

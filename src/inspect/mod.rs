@@ -21,6 +21,7 @@ mod software;
 mod trace;
 
 pub use trace::MAX_DURATION as MAX_TRACE;
+pub use trace::Method as TraceMethod;
 
 use crate::report::inspect::{Host, InspectReport, Process, Socket, Software, Summary};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -41,11 +42,19 @@ pub struct Options {
     /// When tracing is refused (permission, another tracer), say so in the
     /// report's notes instead of failing the inspection.
     pub trace_optional: bool,
+    /// eBPF, ptrace, or eBPF when it loads (the default).
+    pub trace_method: TraceMethod,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { window: Duration::from_secs(1), port: None, trace: None, trace_optional: false }
+        Options {
+            window: Duration::from_secs(1),
+            port: None,
+            trace: None,
+            trace_optional: false,
+            trace_method: TraceMethod::Auto,
+        }
     }
 }
 
@@ -311,7 +320,7 @@ pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> 
     let trace = match opts.trace {
         Some(d) => {
             let pids: Vec<u32> = std::iter::once(pid).chain(workers.iter().copied()).collect();
-            match trace_process(pids, &sockets, &listen_ports, d, opts.port) {
+            match trace_process(pids, &sockets, &listen_ports, d, opts) {
                 Ok(t) => Some(t),
                 Err(e) if opts.trace_optional => {
                     notes.push(format!("not traced: {e}"));
@@ -364,7 +373,7 @@ fn trace_process(
     sockets: &[Socket],
     listen_ports: &HashSet<u16>,
     d: Duration,
-    port: Option<u16>,
+    opts: &Options,
 ) -> Result<crate::report::inspect::Trace, InspectError> {
     let known = sockets
         .iter()
@@ -381,7 +390,14 @@ fn trace_process(
         })
         .collect();
     let main = pids[0];
-    let req = trace::Request { pids, known, listen_ports: listen_ports.clone(), duration: d.min(MAX_TRACE), port };
+    let req = trace::Request {
+        pids,
+        known,
+        listen_ports: listen_ports.clone(),
+        duration: d.min(MAX_TRACE),
+        port: opts.port,
+        method: opts.trace_method,
+    };
     trace::run(req, crate::interrupt::flag()).map_err(|e| match e {
         trace::TraceError::Permission { pid } => InspectError::Permission {
             at: format!("pid {pid}"),
@@ -395,6 +411,10 @@ fn trace_process(
         trace::TraceError::Other { pid, what } => {
             InspectError::Unsupported { at: format!("pid {}", pid.max(main)), what }
         }
+        trace::TraceError::Bpf { pid, why } => InspectError::Unsupported {
+            at: format!("pid {pid}"),
+            what: format!("cannot trace with eBPF: {why}; run as root, or use --method ptrace"),
+        },
     })
 }
 
@@ -506,7 +526,17 @@ fn advice(sw: &Software, sum: &Summary, host: &Host, trace: Option<&crate::repor
     if sum.nagle_on == 0 && !found {
         return a;
     }
-    if let Some(t) = trace.filter(|t| t.found) {
+    if let Some(t) = trace.filter(|t| t.found && t.kernel_confirms == Some(false)) {
+        // The shape, but the kernel saw the pieces leave as written: the application paced them.
+        let held = t.kernel_hold.as_ref().map_or(0, |h| h.nagle);
+        a.push(format!(
+            "the trace saw write-write-read ({} of {} responses on Nagle sockets in small pieces), but the kernel held \
+only {held} writes by Nagle: the pieces left the host as they were written, so the time between them is the \
+application's own (look at what it does between its writes), not a Nagle stall; Nagle can still stall them when \
+the ACK comes late:",
+            t.write_write_read, t.nagle_responses
+        ));
+    } else if let Some(t) = trace.filter(|t| t.found) {
         a.push(format!(
             "the trace saw write-write-read: {} of {} responses on Nagle sockets went out in small pieces, then the \
 process waited for the next request{}. This is the shape of the Nagle + delayed-ACK stall: the last piece waits \

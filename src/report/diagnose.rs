@@ -180,7 +180,7 @@ pub struct ServerStep {
     pub nagle_on: usize,
     /// Sockets whose options could not be read.
     pub unreadable: usize,
-    /// The server's write pattern, traced with ptrace beside the load (absent
+    /// The server's write pattern, traced (eBPF or ptrace) beside the load (absent
     /// when it could not be traced: `missing` says why).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<super::inspect::Trace>,

@@ -33,7 +33,7 @@ pub struct InspectReport {
     pub trace: Option<Trace>,
 }
 
-/// What `inspect --trace` recorded with ptrace and what it shows.
+/// What `inspect --trace` recorded (with eBPF or ptrace) and what it shows.
 #[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct Trace {
     /// The window asked for, ms.
@@ -79,8 +79,25 @@ pub struct Trace {
     pub mss_default_sockets: u32,
     /// One response shown call by call.
     pub example: Option<TraceExample>,
-    /// What the tracing cost the process.
-    pub overhead: TraceOverhead,
+    /// `ebpf` or `ptrace`.
+    pub method: &'static str,
+    /// Why eBPF was not used, when it was tried and ptrace used instead.
+    pub fallback: Option<String>,
+    /// What ptrace cost the process (absent with eBPF).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<TraceOverhead>,
+    /// What the eBPF programs cost (absent with ptrace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<TraceCost>,
+    /// eBPF only: when each write's bytes left the host, as the kernel saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_hold: Option<TraceHold>,
+    /// eBPF only, when write-write-read was found: whether the kernel held
+    /// by Nagle at least half as many writes as there were write-write-read
+    /// responses. false: the pieces left as they were written, so the time
+    /// between them was the application's, not a Nagle stall.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_confirms: Option<bool>,
     /// The finding in one sentence.
     pub text: String,
     /// What could not be traced, and why.
@@ -176,6 +193,60 @@ pub struct TraceOverhead {
     /// Signals passed on to the process during the trace.
     pub signals_passed: u64,
     /// The estimate in words.
+    pub text: String,
+}
+
+/// What the eBPF programs cost.
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
+pub struct TraceCost {
+    /// Records the programs sent (calls, and the transmits of watched bytes).
+    pub records: u64,
+    /// Per second of trace.
+    pub records_per_s: f64,
+    /// Records lost (the ring buffer was full).
+    pub lost: u64,
+    /// Traced calls per second.
+    pub calls_per_s: f64,
+    /// Measured at start: the CPU time the programs add to a traced call (a
+    /// read on a TCP socket of a traced process), µs.
+    pub calibrated_us_per_call: Option<f64>,
+    /// Measured at start: the CPU time they add to any other syscall on the host, ns.
+    pub calibrated_ns_other_syscall: Option<f64>,
+    /// Thread time added per second of trace, summed over threads (calls/s × cost).
+    pub held_share: Option<f64>,
+    /// Time added to the process per response, ms.
+    pub added_ms_per_response: Option<f64>,
+    /// The cost in words.
+    pub text: String,
+}
+
+/// When each write's bytes left the host (eBPF: the send queue's sequence
+/// numbers at the write joined with the device transmits).
+#[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
+pub struct TraceHold {
+    /// Writes followed.
+    pub writes: u64,
+    /// Left the host during the call (0 ms held: an application that writes late is seen here).
+    pub at_once: u64,
+    /// Held in the send queue by Nagle (small, data in flight, TCP_NODELAY off) until an ACK.
+    pub nagle: u64,
+    /// Median and longest Nagle hold, ms.
+    pub nagle_median_ms: Option<f64>,
+    pub nagle_max_ms: Option<f64>,
+    /// Held for another reason (TCP_CORK, MSG_MORE, the congestion or receive window).
+    pub held_other: u64,
+    /// Their median hold, ms.
+    pub held_other_median_ms: Option<f64>,
+    /// Lost before they left the host (dropped below TCP by netfilter or a
+    /// qdisc, or sent and re-sent) and left in a re-send: not held.
+    pub resent: u64,
+    /// Sent by TCP at once, left a device later (a queue below TCP).
+    pub queued: u64,
+    /// Not seen leaving before the trace ended.
+    pub unseen: u64,
+    /// One hold in words.
+    pub example: Option<String>,
+    /// The section in one line.
     pub text: String,
 }
 
@@ -595,8 +666,9 @@ fn render_host(o: &mut String, h: &Host) {
 pub fn render_trace(o: &mut String, t: &Trace) {
     let _ = writeln!(
         o,
-        "\nWRITE PATTERN traced {:.1} s{}: {} thread{} of {} process{}, {} TCP socket{}, {} calls",
+        "\nWRITE PATTERN traced {:.1} s with {}{}: {} thread{} of {} process{}, {} TCP socket{}, {} calls",
         t.traced_ms / 1e3,
+        t.method,
         if t.interrupted { " (stopped by Ctrl-C)" } else { "" },
         t.threads,
         plural(t.threads),
@@ -669,7 +741,11 @@ pub fn render_trace(o: &mut String, t: &Trace) {
             let _ = writeln!(o, "    last write → next request's data: {}", ms(g));
         }
     }
-    let _ = writeln!(o, "  cost: {}", t.overhead.text);
+    if let Some(h) = &t.kernel_hold {
+        let _ = writeln!(o, "  {}", h.text);
+    }
+    let cost = t.overhead.as_ref().map(|c| &c.text).or(t.cost.as_ref().map(|c| &c.text));
+    let _ = writeln!(o, "  cost ({}): {}", t.method, cost.map_or("", |s| s.as_str()));
     for n in &t.notes {
         let _ = writeln!(o, "  note: {n}");
     }

@@ -46,6 +46,9 @@ pub struct FindingLine {
     pub ack_timer: Option<String>,
     /// The finding in words.
     pub summary: String,
+    /// The process owning the server endpoint, as eBPF saw it (absent when unknown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<super::owners::Owner>,
 }
 
 /// The counts of an interval (or of the whole run, `final`).

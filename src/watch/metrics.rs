@@ -48,6 +48,24 @@ pub struct EndpointLabel {
     pub endpoint: String,
 }
 
+/// Labels of `tcpdoctor_endpoint_owner`: the process serving an endpoint.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OwnerLabels {
+    /// Server endpoint.
+    pub endpoint: String,
+    /// Its process id.
+    pub pid: String,
+    /// Its name (`comm`).
+    pub comm: String,
+    /// Its cgroup path (empty at the root).
+    pub cgroup: String,
+    /// Its container id (empty when none).
+    pub container: String,
+}
+
+/// Most endpoints with an owner series: one each, so at most this many series.
+pub const MAX_OWNERS: usize = 1024;
+
 type FloatCounter = Counter<f64, AtomicU64>;
 
 /// Every metric watch exports, registered in one registry.
@@ -57,6 +75,9 @@ pub struct Metrics {
     lost: Family<FindingLabels, FloatCounter>,
     stall_seconds: Family<KindLabel, Histogram, fn() -> Histogram>,
     latency: Family<EndpointLabel, Histogram, fn() -> Histogram>,
+    owner: Family<OwnerLabels, Gauge>,
+    /// Each endpoint's current owner series.
+    owners: std::sync::Mutex<std::collections::HashMap<String, OwnerLabels>>,
     /// Packets captured (loopback duplicates left out).
     pub packets: Counter,
     /// Packets the kernel dropped for want of ring space.
@@ -117,6 +138,8 @@ impl Metrics {
             lost: Family::default(),
             stall_seconds: Family::new_with_constructor(stall_histogram as fn() -> Histogram),
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            owner: Family::default(),
+            owners: Default::default(),
             packets: Counter::default(),
             drops: Counter::default(),
             tracked: Gauge::default(),
@@ -147,6 +170,11 @@ impl Metrics {
             "Time the findings cost, by kind, server endpoint and role",
             Unit::Seconds,
             m.lost.clone(),
+        );
+        registry.register(
+            "endpoint_owner",
+            "1 for the process that serves a stalled server endpoint (pid, comm, cgroup, container), learned with eBPF; join on endpoint",
+            m.owner.clone(),
         );
         registry.register("capture_packets", "Packets captured (loopback duplicates left out)", m.packets.clone());
         registry.register("capture_drops", "Packets the kernel dropped (capture ring full)", m.drops.clone());
@@ -199,6 +227,29 @@ impl Metrics {
             }
         }
         self.latency.remove(&EndpointLabel { endpoint: endpoint.to_string() });
+        if let Some(l) = self.owners.lock().unwrap_or_else(|e| e.into_inner()).remove(endpoint) {
+            self.owner.remove(&l);
+        }
+    }
+
+    /// `endpoint`'s owner is `o`: one series per endpoint (a new owner replaces
+    /// the old), at most [`MAX_OWNERS`] endpoints.
+    pub fn set_owner(&self, endpoint: &str, o: &super::Owner) {
+        let l = OwnerLabels {
+            endpoint: endpoint.to_string(),
+            pid: o.pid.to_string(),
+            comm: o.comm.clone(),
+            cgroup: o.cgroup.clone().unwrap_or_default(),
+            container: o.container.clone().unwrap_or_default(),
+        };
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        if owners.get(endpoint) == Some(&l) || (owners.len() >= MAX_OWNERS && !owners.contains_key(endpoint)) {
+            return;
+        }
+        if let Some(old) = owners.insert(endpoint.to_string(), l.clone()) {
+            self.owner.remove(&old);
+        }
+        self.owner.get_or_create(&l).set(1);
     }
 
     /// The metrics in OpenMetrics text format, with the build and process metrics.

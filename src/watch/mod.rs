@@ -9,12 +9,14 @@
 mod http;
 pub mod lines;
 pub mod metrics;
+pub mod owners;
 mod process;
 pub mod render;
 mod sink;
 
 pub use http::MetricsServer;
 pub use metrics::Metrics;
+pub use owners::{Owner, Owners};
 pub use sink::{ConnState, Counts, Finding, Kind, Limits, Row, WatchSink};
 
 use crate::capture::LinkType;
@@ -172,14 +174,32 @@ fn now_ns() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
+/// Names the owning processes of the findings' endpoints: the side at
+/// fault's for the line, the server endpoint's for the metrics.
+fn label(findings: &mut [Finding], owners: &mut Option<Owners>, metrics: Option<&Metrics>) {
+    let Some(ow) = owners else { return };
+    for f in findings {
+        let at_fault = if f.role == "client" { &f.client } else { &f.server };
+        f.owner = ow.lookup(at_fault);
+        if let Some(m) = metrics {
+            let server = if f.role == "client" { ow.lookup(&f.server) } else { f.owner.clone() };
+            if let Some(o) = server {
+                m.set_owner(&f.server, &o);
+            }
+        }
+    }
+}
+
 /// Runs a live watch on `cap` until `stop` is set or the duration passes,
 /// writing findings and summaries to `out`. When `out` fails (a closed pipe,
 /// a full disk) the watch goes on if it serves metrics, and ends otherwise:
-/// nobody would see what it finds.
+/// nobody would see what it finds. With `owners`, each finding names the
+/// process that owns the stalled endpoint.
 pub fn run(
     cap: &mut LiveCapture,
     o: &RunOptions,
     metrics: Option<Arc<Metrics>>,
+    mut owners: Option<Owners>,
     stop: &AtomicBool,
     out: &mut dyn Write,
 ) -> Result<LiveStats, LiveError> {
@@ -213,7 +233,8 @@ pub fn run(
                 m.drops.inc_by(st.kernel_drops - published.kernel_drops);
             }
             published = *st;
-            let findings = w.findings();
+            let mut findings = w.findings();
+            label(&mut findings, &mut owners, metrics.as_deref());
             if !findings.is_empty() {
                 say(findings.iter().map(|f| render::finding(f, o.json)).collect());
             }
@@ -243,7 +264,8 @@ pub fn run(
             }
         }
     })?;
-    let rest = w.finish();
+    let mut rest = w.finish();
+    label(&mut rest.findings, &mut owners, metrics.as_deref());
     let mut text: String = rest.findings.iter().map(|f| render::finding(f, o.json)).collect();
     let h = render::Header {
         ts_ns: now_ns(),

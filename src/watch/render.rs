@@ -50,7 +50,8 @@ pub fn time(ts_ns: i64) -> String {
 /// One finding: `TIME SUMMARY` or a JSON line.
 pub fn finding(f: &Finding, json: bool) -> String {
     if !json {
-        return format!("{} {}\n", time(f.ts_ns), f.summary);
+        let owner = f.owner.as_ref().map(|o| o.suffix()).unwrap_or_default();
+        return format!("{} {}{owner}\n", time(f.ts_ns), f.summary);
     }
     let line = Line::Finding(FindingLine {
         schema: crate::report::SCHEMA_VERSION,
@@ -66,6 +67,7 @@ pub fn finding(f: &Finding, json: bool) -> String {
         ack_delay_ms: f.ack_delay_ms,
         ack_timer: f.ack_timer.clone(),
         summary: f.summary.clone(),
+        owner: f.owner.clone(),
     });
     format!("{}\n", serde_json::to_string(&line).unwrap_or_default())
 }

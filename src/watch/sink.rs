@@ -84,6 +84,10 @@ pub struct Finding {
     pub ack_timer: Option<String>,
     /// The finding in words.
     pub summary: String,
+    /// The process owning the side at fault's endpoint, when it is on this
+    /// host and eBPF could say (see `owners`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<super::owners::Owner>,
 }
 
 /// Bounds on what the sink keeps.
@@ -473,6 +477,7 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
         ack_delay_ms,
         ack_timer,
         summary,
+        owner: None,
     }
 }
 

@@ -1,6 +1,8 @@
 //! Shared helpers for integration tests.
 #![allow(dead_code)]
 
+pub mod traced;
+
 use serde_json::Value;
 use std::io::BufRead;
 use std::net::{TcpListener, TcpStream};

@@ -12,9 +12,16 @@
 //!
 //! No seccomp filter is installed (it could never be removed from the
 //! process), so every syscall costs two stops: the report says how much.
+//!
+//! Where eBPF loads, the same records come from programs in the kernel
+//! instead ([`ebpf`]), nothing stops the process, and each write's bytes are
+//! followed until they leave the host ([`hold`]); [`Method`] says which.
 
 mod detect;
+mod ebpf;
 mod events;
+mod hold;
+mod proof;
 mod ptrace;
 
 use super::{procfs, sockopt};
@@ -59,6 +66,18 @@ pub(crate) struct Known {
     pub mss: Option<u32>,
 }
 
+/// How the trace is recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Method {
+    /// eBPF when it loads, ptrace otherwise.
+    #[default]
+    Auto,
+    /// eBPF or nothing.
+    Ebpf,
+    /// ptrace.
+    Ptrace,
+}
+
 /// What to trace.
 #[derive(Clone, Debug)]
 pub(crate) struct Request {
@@ -72,6 +91,8 @@ pub(crate) struct Request {
     pub duration: Duration,
     /// Only sockets on this local port are analysed (`inspect :PORT`).
     pub port: Option<u16>,
+    /// eBPF, ptrace, or eBPF when it loads.
+    pub method: Method,
 }
 
 /// Why the trace could not start.
@@ -85,6 +106,8 @@ pub(crate) enum TraceError {
     Gone { pid: u32 },
     /// Something else went wrong (`what`), e.g. `pid` is tcpdoctor's own process.
     Other { pid: u32, what: String },
+    /// `--method ebpf` and the programs would not load (`why`).
+    Bpf { pid: u32, why: String },
 }
 
 /// What the tracer thread hands back.
@@ -122,6 +145,33 @@ pub(crate) fn run(req: Request, stop: &AtomicBool) -> Result<Trace, TraceError> 
     if main == std::process::id() {
         return Err(TraceError::Other { pid: main, what: "tcpdoctor cannot trace its own process".into() });
     }
+    let fallback = match req.method {
+        Method::Ptrace => None,
+        Method::Ebpf | Method::Auto => match ebpf::record(&req, stop) {
+            Ok((rec, extra)) => {
+                let interrupted = stop.load(Ordering::Relaxed) && rec.traced < req.duration && !rec.exited;
+                let mut t = report(rec, Some(extra), req.duration, interrupted, req.port);
+                t.processes = req.pids;
+                return Ok(t);
+            }
+            Err(why) if req.method == Method::Ebpf => return Err(TraceError::Bpf { pid: main, why }),
+            Err(why) => Some(why),
+        },
+    };
+    let mut t = ptrace_run(req, stop)?;
+    if let Some(why) = fallback {
+        t.fallback = Some(why.clone());
+        t.notes.insert(
+            0,
+            format!("eBPF was not used ({why}): traced with ptrace instead, which stops the process at every syscall"),
+        );
+    }
+    Ok(t)
+}
+
+/// The trace with ptrace.
+fn ptrace_run(req: Request, stop: &AtomicBool) -> Result<Trace, TraceError> {
+    let main = req.pids.first().copied().unwrap_or(0);
     ptrace::arm_kick();
     let shared = Arc::new(Shared::default());
     let sh = Arc::clone(&shared);
@@ -148,7 +198,7 @@ pub(crate) fn run(req: Request, stop: &AtomicBool) -> Result<Trace, TraceError> 
         std::thread::sleep(Duration::from_millis(10));
     }
     let rec = tracer.join().map_err(|_| TraceError::Other { pid: main, what: "the tracer thread failed".into() })??;
-    let mut t = report(rec, duration, interrupted, port);
+    let mut t = report(rec, None, duration, interrupted, port);
     t.processes = pids;
     Ok(t)
 }
@@ -722,7 +772,13 @@ fn socket_inode(pid: u32, fd: i32) -> Option<u64> {
 }
 
 /// The report: MSS from tcp_info for the sockets still open, the detection, the cost.
-fn report(mut rec: Recording, requested: Duration, interrupted: bool, port: Option<u16>) -> Trace {
+fn report(
+    mut rec: Recording,
+    extra: Option<ebpf::Extra>,
+    requested: Duration,
+    interrupted: bool,
+    port: Option<u16>,
+) -> Trace {
     let inodes: HashSet<u64> = rec.socks.iter().filter(|s| s.mss.is_none()).map(|s| s.inode).collect();
     if !inodes.is_empty() {
         match super::diag::tcp_infos(&inodes) {
@@ -766,7 +822,12 @@ fn report(mut rec: Recording, requested: Duration, interrupted: bool, port: Opti
             write_write_read: k.write_write_read,
         })
         .collect();
-    let example = d.example.as_ref().map(|ex| example(&rec.events, &rec.socks, ex));
+    let holds: Vec<ebpf::Hold> = extra
+        .as_ref()
+        .map(|x| x.holds.iter().filter(|h| port.is_none_or(|p| h.port == p)).copied().collect())
+        .unwrap_or_default();
+    let fates: HashMap<(u32, u64), hold::Fate> = holds.iter().map(|h| ((h.tid, h.t_ns), h.fate)).collect();
+    let example = d.example.as_ref().map(|ex| example(&rec.events, &rec.socks, ex, &fates));
     let mut notes = std::mem::take(&mut rec.notes);
     if rec.dropped > 0 {
         notes.push(format!(
@@ -791,12 +852,19 @@ connection's peer ACKs at once (quick-ACK mode), so they do not stall",
     if d.unfinished > 0 {
         notes.push(format!("{} response(s) were still open when the trace ended (not counted)", d.unfinished));
     }
-    notes.push(
-        "ptrace stops the process at every syscall (like strace); a thread waiting in epoll_wait may see one \
+    if extra.is_none() {
+        notes.push(
+            "ptrace stops the process at every syscall (like strace); a thread waiting in epoll_wait may see one \
 EINTR when tracing starts and when it ends, which servers retry"
-            .into(),
-    );
-    let overhead = overhead(&rec, d.responses);
+                .into(),
+        );
+    }
+    let calls = rec.events.len() as u64 + rec.dropped;
+    let (overhead, cost, kernel_hold) = match &extra {
+        None => (Some(overhead(&rec, d.responses)), None, None),
+        Some(x) => (None, Some(proof::cost(x, calls, rec.traced, d.responses)), Some(proof::holds(&holds))),
+    };
+    let kernel_confirms = proof::confirms(d.write_write_read, kernel_hold.as_ref());
     let nagle_fraction = (d.nagle_responses > 0).then(|| d.nagle_in_pieces as f64 / d.nagle_responses as f64);
     let text = if d.responses == 0 {
         "no complete response was seen on a TCP socket (no traffic in the window?)".to_string()
@@ -809,7 +877,7 @@ process waited for the next request{}",
             d.gap_wwr_ns
                 .map(|g| format!(" (median {:.1} ms from the last piece to the next request)", ms(g)))
                 .unwrap_or_default()
-        )
+        ) + &kernel_hold.as_ref().filter(|_| kernel_confirms == Some(false)).map(proof::not_held).unwrap_or_default()
     } else if d.nagle_responses > 0 {
         format!(
             "no write-write-read on Nagle sockets: {} of {} responses there were written in one piece",
@@ -833,7 +901,7 @@ no stall shape",
         threads: rec.threads,
         new_threads: rec.new_threads,
         sockets: rec.events.iter().filter_map(|e| e.sock).collect::<HashSet<u32>>().len() as u32,
-        calls: rec.events.len() as u64 + rec.dropped,
+        calls,
         responses: d.responses,
         kinds,
         nagle_responses: d.nagle_responses,
@@ -845,14 +913,24 @@ no stall shape",
         gap_other_ms: d.gap_other_ns.map(ms),
         mss_default_sockets: d.mss_defaulted,
         example,
+        method: if extra.is_some() { "ebpf" } else { "ptrace" },
+        fallback: None,
         overhead,
+        cost,
+        kernel_hold,
+        kernel_confirms,
         text,
         notes,
     }
 }
 
 /// The example's lines, timed from its first write.
-fn example(ev: &[Event], socks: &[Sock], ex: &detect::Example) -> TraceExample {
+fn example(
+    ev: &[Event],
+    socks: &[Sock],
+    ex: &detect::Example,
+    fates: &HashMap<(u32, u64), hold::Fate>,
+) -> TraceExample {
     let sock = &socks[ex.sock as usize];
     // Accepted during the trace: its peer is in the table if it is still open.
     let row = if sock.peer.is_none() {
@@ -882,6 +960,9 @@ fn example(ev: &[Event], socks: &[Sock], ex: &detect::Example) -> TraceExample {
             };
             if took_ms >= 1.0 {
                 text.push_str(&format!(" (waited {took_ms:.1} ms)"));
+            }
+            if let Some(f) = fates.get(&(e.tid, e.t_ns)) {
+                text.push_str(&format!(" [kernel: {}]", proof::fate_phrase(*f)));
             }
             TraceLine {
                 t_ms,
