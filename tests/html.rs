@@ -395,8 +395,12 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
     if !require("script") {
         return;
     }
-    let cmd =
-        format!("{} analyze {}", env!("CARGO_BIN_EXE_tcpdoctor"), common::data("nginx_nodelay_off.pcap").display());
+    // A wide terminal: lines fitted to 80 columns would split the marks checked below.
+    let cmd = format!(
+        "stty rows 50 cols 200; {} analyze {}",
+        env!("CARGO_BIN_EXE_tcpdoctor"),
+        common::data("nginx_nodelay_off.pcap").display()
+    );
     // `script` gives the command a pseudo-terminal.
     let on_tty = |no_color: Option<&str>| {
         let mut c = Command::new("script");
