@@ -159,7 +159,11 @@ fn answers_metrics_in_both_formats_and_refuses_the_rest() {
     assert!(ask(a, b"hello\r\n\r\n", false).status_line.starts_with("HTTP/1.1 400 "));
     let head = ask(a, b"HEAD /metrics?x=1 HTTP/1.0\r\n\r\n", true);
     assert!(head.status_line.ends_with(" 200 OK"), "{head:?}");
-    assert_eq!(head.headers["content-length"], classic.headers["content-length"], "HEAD: the GET's length, no body");
+    // The GET's length, no body; the process_* values (CPU time, memory) may
+    // have changed by a digit or two between the two requests.
+    let len = |r: &str| r.parse::<i64>().unwrap();
+    let (h, g) = (len(&head.headers["content-length"]), len(&classic.headers["content-length"]));
+    assert!((h - g).abs() < 64, "HEAD: the GET's length ({g}), not {h}");
     let mut big = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
     big.resize(MetricsServer::MAX_HEAD, b'a');
     assert!(ask(a, &big, false).status_line.starts_with("HTTP/1.1 431 "));
@@ -382,7 +386,8 @@ fn ten_thousand_idle_connections_do_not_lock_out_scrapes() {
     assert_eq!(held, IDLE, "connections opened");
     assert!(during > 0, "no scrape while the connections were opened");
     let cap = MetricsServer::MAX_CONNECTIONS;
-    assert!(most_fds <= before + cap + 4, "watch had {most_fds} files open ({before} before; cap {cap})");
+    // A few more than the cap: a scrape reads /proc/self (process_*) through transient descriptors.
+    assert!(most_fds <= before + cap + 8, "watch had {most_fds} files open ({before} before; cap {cap})");
 }
 
 #[test]

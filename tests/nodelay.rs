@@ -195,7 +195,8 @@ fn switched_live_and_restored(url: &str, port: u16) {
     assert!(listening_nodelay(port));
     // New connections start with it on: no stall.
     let fresh = bench_now(url, 2, "1s");
-    assert!(p50(&fresh) < 1.0, "fresh connections with TCP_NODELAY inherited: p50 {} ms", p50(&fresh));
+    // Python answers in about a millisecond under this load; a stall would be ~40 ms.
+    assert!(p50(&fresh) < 10.0, "fresh connections with TCP_NODELAY inherited: p50 {} ms", p50(&fresh));
     at(t, 5.5);
     let back = nodelay_json(&[&format!(":{port}"), "restore"]);
     assert_eq!(rows(&back, "listening", "restored").len(), 1, "{:#}", back["sockets"]);
@@ -437,7 +438,10 @@ fn diagnose_try_nodelay_proves_the_fix_live_and_restores() {
     assert!(before > 30.0 && after < 1.0, "p50 {before} → {after} ms");
     assert_eq!(t["before"]["p50_ms"], v["load"]["latency"]["p50"]);
     let (sb, sa) = (t["before"]["stalls"].as_u64().unwrap(), t["after"]["stalls"].as_u64().unwrap());
-    assert!(sb > 100 && sa * 10 < sb, "stalls captured {sb} → {sa}");
+    // The lab server sets TCP_NODELAY off again on each connection; until the
+    // experiment switches it back (a few hundred ms on a loaded machine) its
+    // eight connections stall a few times each.
+    assert!(sb > 100 && sa * 3 < sb, "stalls captured {sb} → {sa}");
     assert_eq!((&t["restored"], &t["kept"], &t["after"]["errors"]), (&true.into(), &false.into(), &0.into()));
     let proof = t["proof"].as_str().unwrap();
     let want = format!("with TCP_NODELAY set live on pid {lab_pid} (tcpdoctor), the median under load fell from ");
@@ -798,7 +802,7 @@ fn diagnose_try_nodelay_over_https() {
     assert!(before > 30.0 && after < 1.0, "p50 {before} → {after} ms");
     assert_eq!(t["load"]["tls"]["version"], v["load"]["tls"]["version"], "the second load spoke TLS too");
     let (sb, sa) = (t["before"]["stalls"].as_u64().unwrap(), t["after"]["stalls"].as_u64().unwrap());
-    assert!(sb > 50 && sa * 10 < sb, "stalls captured {sb} → {sa}");
+    assert!(sb > 50 && sa * 3 < sb, "stalls captured {sb} → {sa} (the server resets it: see above)");
     assert_eq!((&t["restored"], &t["after"]["errors"]), (&true.into(), &0.into()), "{t:#}");
     assert!(t["proof"].as_str().unwrap().ends_with(" µs; restored"), "{t:#}");
     assert!(!listening_nodelay(port_of(url)));
