@@ -2,7 +2,18 @@
 //! relative bucket width (±0.4 %). Recording is a few instructions, so it
 //! can run per exchange on the hot path; merging is bucket-wise addition.
 
-use crate::report::Spread;
+/// Percentiles of a duration, ms.
+#[derive(Clone, Copy, Debug, serde::Serialize, Default, PartialEq, schemars::JsonSchema)]
+pub struct Spread {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
 
 /// Sub-buckets per power of two.
 const SUB_BITS: u32 = 7;

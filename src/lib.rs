@@ -27,6 +27,5 @@ pub mod nodelay;
 pub mod output;
 pub mod report;
 pub mod tcp;
-mod verdict;
 pub mod watch;
 pub mod wire;

@@ -1,7 +1,7 @@
 //! Per-file aggregates (per Nagle endpoint, per server, per cause) and how
 //! the results of several files merge.
 
-use super::collect::{RTO_NS, SLOW_THINK_NS};
+use super::limits::{RTO_NS, SLOW_THINK_NS};
 use super::upstream::{UpstreamWait, Windows};
 use crate::detect::tls::TlsHold;
 use crate::detect::{Exchange, Stall, Times};

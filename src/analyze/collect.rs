@@ -12,13 +12,9 @@ use rustc_hash::FxHashMap;
 
 /// Rows kept for an exchange's ladder.
 const EXCHANGE_ROWS: usize = 48;
-/// Application time at or above which an exchange counts as slow.
-pub const SLOW_THINK_NS: i64 = 10_000_000;
 /// Connection rows kept before trimming to the costliest.
 const CONN_ROWS_MAX: usize = 4096;
 const CONN_ROWS_KEEP: usize = 1024;
-/// Re-send delay that marks a retransmission timeout (Linux RTO minimum is 200 ms).
-pub const RTO_NS: i64 = 180_000_000;
 
 /// Per-connection state held while the connection is open.
 #[derive(Default)]

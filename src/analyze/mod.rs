@@ -3,11 +3,13 @@
 
 mod agg;
 mod collect;
+mod limits;
 mod upstream;
+pub(crate) mod verdict;
 
-pub(crate) use agg::{CountAgg, FileResult, NagleAgg, ServerAgg};
-pub use collect::{ConnState, RTO_NS, SLOW_THINK_NS};
-pub(crate) use upstream::UpstreamWait;
+pub(crate) use agg::FileResult;
+pub use collect::ConnState;
+pub use limits::{RTO_NS, SLOW_THINK_NS};
 
 use crate::capture::{Capture, Format, LinkType};
 use crate::filter::Filter;
@@ -235,7 +237,7 @@ pub fn analyze(captures: &[Capture], opts: &Options) -> Result<Report, InputErro
     for f in ok {
         merged.merge(f, &mut inputs);
     }
-    let mut report = crate::verdict::build(merged, inputs);
+    let mut report = verdict::build(merged, inputs);
     for e in errors {
         report.warnings.insert(0, format!("{e} (file skipped)"));
     }

@@ -185,6 +185,9 @@ impl Nagle {
 }
 
 #[cfg(test)]
+mod timer_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::detect::build::{MS, Seq, US, info};

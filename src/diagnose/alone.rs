@@ -4,7 +4,7 @@
 //! Over TLS each connection does its own (full or resumed) handshake, timed
 //! apart; the request's times start after it, on decrypted data.
 
-use super::conclude::NoAnswer;
+use super::facts::NoAnswer;
 use crate::dist::Dist;
 use crate::measure::bench::http::{Fed, Reader, Request};
 use crate::measure::tls::{self, Negotiated, Target};

@@ -9,56 +9,15 @@
 //! TCP_NODELAY, the segment held was the server's. A capture or the server's
 //! socket options confirm it independently.
 
+pub use super::facts::{Facts, NoAnswer};
 use super::fix::{self, Software};
-pub use super::no_answer::NoAnswer;
 use crate::report::Finding;
-use crate::report::diagnose::{CaptureStep, LoadStep, RttStep, ServerStep, Verdict, ms};
-
-/// Everything the verdict is drawn from.
-#[derive(Default)]
-pub struct Facts<'a> {
-    /// `ip:port` of the server.
-    pub server: String,
-    /// Step 1.
-    pub rtt: Option<&'a RttStep>,
-    /// Step 2, fresh connections.
-    pub alone: Option<&'a LoadStep>,
-    /// Why fresh-connection requests failed, if they did: the kind, and in words.
-    pub alone_error: Option<(NoAnswer, &'a str)>,
-    /// Step 2, keep-alive load.
-    pub load: Option<&'a LoadStep>,
-    /// Step 3.
-    pub quickack: Option<&'a LoadStep>,
-    /// Step 4.
-    pub capture: Option<&'a CaptureStep>,
-    /// Step 5.
-    pub process: Option<&'a ServerStep>,
-    /// `Server:` header.
-    pub server_header: Option<&'a str>,
-    /// The URL is https: responses travel as TLS records.
-    pub tls: bool,
-}
+use crate::report::diagnose::{CaptureStep, LoadStep, Verdict, ms};
 
 /// A read gap this long inside one response is a held segment, not transfer.
 const GAP_MS: f64 = 25.0;
 /// Load this much slower than one request alone calls for the experiment.
 pub const EXCESS_MS: f64 = 10.0;
-
-impl Facts<'_> {
-    fn software(&self) -> Software {
-        if let Some(p) = self.process {
-            let s = Software::from_kind(&p.software);
-            if s != Software::Other {
-                return s;
-            }
-        }
-        self.server_header.map_or(Software::Other, Software::from_header)
-    }
-
-    fn rtt_ms(&self) -> f64 {
-        self.rtt.and_then(|r| r.min_ms).unwrap_or(0.0)
-    }
-}
 
 /// Whether the load is slow enough, compared with one request alone, to run
 /// the quick-ACK experiment.
@@ -396,6 +355,7 @@ fn round(v: f64) -> f64 {
 mod tests {
     use super::*;
     use crate::report::bench::Distribution;
+    use crate::report::diagnose::{RttStep, ServerStep};
 
     fn step(p50: f64, ttfb: f64, gap: f64, quickack: bool) -> LoadStep {
         let d = |v: f64| Distribution { count: 100, p50: v, p75: v, p90: v, p99: v, max: v, ..Default::default() };

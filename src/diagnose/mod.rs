@@ -8,6 +8,7 @@
 
 mod alone;
 pub mod conclude;
+mod facts;
 pub mod fix;
 mod local;
 mod no_answer;

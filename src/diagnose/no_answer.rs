@@ -4,23 +4,8 @@
 //! whose server is stuck to check that it runs and listens sends them the
 //! wrong way.
 
-use super::conclude::Facts;
+use super::facts::{Facts, NoAnswer};
 use crate::report::diagnose::Verdict;
-
-/// Why requests on fresh connections got no complete response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NoAnswer {
-    /// The connect was refused (a RST): nothing listens on the port.
-    Refused,
-    /// The connect failed otherwise: timed out, no route, unreachable.
-    Unreachable,
-    /// Connected and sent the request; no complete response within the timeout.
-    Silent,
-    /// Connected, then closed or reset before a complete response.
-    Closed,
-    /// An answer that is not HTTP/1.x.
-    NotHttp,
-}
 
 /// The verdict when neither step 2 run got a complete response.
 pub fn verdict(f: &Facts<'_>) -> Verdict {

@@ -2,7 +2,8 @@
 //! under load, the quick-ACK experiment, capture, server process, verdict),
 //! and its text.
 
-use super::bench::{BenchReport, Distribution};
+pub use super::load::LoadStep;
+pub use super::units::ms;
 use super::{Breakdown, Finding};
 use serde::Serialize;
 use std::fmt::Write;
@@ -62,78 +63,6 @@ pub struct RttStep {
     pub min_ms: Option<f64>,
     /// Mean round trip, ms.
     pub avg_ms: Option<f64>,
-}
-
-/// One bench run, summarised.
-#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
-pub struct LoadStep {
-    /// Connections.
-    pub connections: usize,
-    /// Keep-alive (many requests per connection) or a new connection per request.
-    pub keepalive: bool,
-    /// TCP_QUICKACK after every read on the client.
-    pub quickack: bool,
-    /// Measured time, s.
-    pub elapsed_s: f64,
-    /// Completed responses.
-    pub requests: u64,
-    /// Responses per second.
-    pub requests_per_s: f64,
-    /// Request written → last byte, ms.
-    pub latency: Distribution,
-    /// Request written → first byte, ms.
-    pub time_to_first_byte: Distribution,
-    /// Largest gap between two reads of one response, ms.
-    pub max_read_gap: Distribution,
-    /// Errors of every kind.
-    pub errors: u64,
-    /// `latency` as a histogram (for drawing).
-    pub latency_histogram: super::Histogram,
-    /// bench's notes (delayed-ACK clustering and its signature, error words).
-    pub notes: Vec<String>,
-    /// TLS (https URLs only): version, cipher suite, handshakes and their times.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<super::bench::TlsReport>,
-}
-
-impl LoadStep {
-    /// A step with nothing measured yet.
-    pub fn empty(connections: usize, keepalive: bool, quickack: bool) -> LoadStep {
-        LoadStep {
-            connections,
-            keepalive,
-            quickack,
-            elapsed_s: 0.0,
-            requests: 0,
-            requests_per_s: 0.0,
-            latency: Distribution::default(),
-            time_to_first_byte: Distribution::default(),
-            max_read_gap: Distribution::default(),
-            errors: 0,
-            latency_histogram: super::Histogram::default(),
-            notes: Vec::new(),
-            tls: None,
-        }
-    }
-
-    /// Summarises a bench run.
-    pub fn of(r: &BenchReport) -> LoadStep {
-        LoadStep {
-            connections: r.connections,
-            keepalive: r.options.keepalive,
-            quickack: r.options.quickack,
-            elapsed_s: r.elapsed_s,
-            requests: r.requests,
-            requests_per_s: r.requests_per_s,
-            latency: r.latency.clone(),
-            time_to_first_byte: r.time_to_first_byte.clone(),
-            max_read_gap: r.max_read_gap.clone(),
-            errors: r.errors.total(),
-            latency_histogram: r.latency_histogram.clone(),
-            notes: r.notes.clone(),
-            tls: r.tls.clone(),
-        }
-    }
 }
 
 /// The live capture taken during the load, analysed like `analyze`.
@@ -309,19 +238,6 @@ impl Comparison {
 /// A step's one-line finding, for printing as the run goes.
 pub fn step_line(n: usize, title: &str, text: &str) -> String {
     format!("[{n}/6] {title:<15} {text}\n")
-}
-
-/// Latency in the unit that reads best.
-pub fn ms(v: f64) -> String {
-    if v < 1.0 {
-        format!("{:.0} µs", v * 1e3)
-    } else if v < 100.0 {
-        format!("{v:.1} ms")
-    } else if v < 10_000.0 {
-        format!("{v:.0} ms")
-    } else {
-        format!("{:.1} s", v / 1e3)
-    }
 }
 
 /// The verdict block.

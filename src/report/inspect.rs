@@ -1,7 +1,7 @@
 //! `inspect`'s JSON schema and its text.
 
-use super::diagnose::ms;
 use super::escape::clean;
+use super::units::ms;
 use serde::Serialize;
 use std::fmt::Write;
 

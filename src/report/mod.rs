@@ -9,6 +9,7 @@ pub mod html;
 pub mod inspect;
 pub mod lab;
 mod ladder;
+mod load;
 pub mod nodelay;
 pub mod probe;
 pub mod progress;
@@ -16,8 +17,10 @@ pub mod schema;
 pub mod style;
 pub(crate) mod text;
 pub mod trace;
+mod units;
 pub mod width;
 
+pub use crate::dist::Spread;
 pub use inspect::InspectReport;
 pub use ladder::{ExchangeTimes, Ladder, Mark, Row, RowKind};
 pub use probe::{ProbeReport, ProbeResult, ProbeSummary};
@@ -102,19 +105,6 @@ pub struct HostRole {
     pub host: String,
     /// `client` or `server`.
     pub role: &'static str,
-}
-
-/// Percentiles of a duration, ms.
-#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq, schemars::JsonSchema)]
-pub struct Spread {
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Largest.
-    pub max: f64,
 }
 
 /// A latency histogram: log-spaced bins (20 per decade, ±6 %), empty bins left out.

@@ -213,7 +213,7 @@ pub struct TryNodelay {
     /// The same load with TCP_NODELAY set live.
     pub after: Option<LoadSummary>,
     /// That load, as bench measured it (as `load`).
-    pub load: Option<super::diagnose::LoadStep>,
+    pub load: Option<super::load::LoadStep>,
     /// Left set (`--keep`).
     pub kept: bool,
     /// Put back: every socket still open has its previous value again.
@@ -245,7 +245,7 @@ pub struct LoadSummary {
 
 impl LoadSummary {
     /// From a load step, with the stalls its capture saw.
-    pub fn of(l: &super::diagnose::LoadStep, stalls: Option<u64>) -> LoadSummary {
+    pub fn of(l: &super::load::LoadStep, stalls: Option<u64>) -> LoadSummary {
         LoadSummary {
             p50_ms: l.latency.p50,
             p99_ms: l.latency.p99,
@@ -259,7 +259,7 @@ impl LoadSummary {
 
 /// The experiment's block after its lines: notes, before/after, the proof.
 pub fn render_try(t: &TryNodelay) -> String {
-    use super::diagnose::ms;
+    use super::units::ms;
     let mut s = String::new();
     if t.not_run.is_some() {
         return s;

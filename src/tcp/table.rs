@@ -2,6 +2,9 @@
 
 mod settle;
 
+#[cfg(test)]
+mod roles_tests;
+
 use super::half::{Half, Sample};
 use super::roles::{Ephemeral, Roles};
 use super::{ConnId, ConnInfo, Event, EventKind, RoleSource, Side};

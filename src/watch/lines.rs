@@ -1,7 +1,7 @@
 //! watch's JSON lines as types, so their schema is generated like the other
 //! verbs': a `finding` line per finding and a `summary` line per interval.
 
-use super::sink::Kind;
+use super::kind::Kind;
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::BTreeMap;

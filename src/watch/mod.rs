@@ -7,6 +7,7 @@
 //! memory is bounded by [`Options`] whatever passes.
 
 mod http;
+mod kind;
 pub mod lines;
 pub mod metrics;
 pub mod owners;
@@ -15,9 +16,10 @@ pub mod render;
 mod sink;
 
 pub use http::MetricsServer;
+pub use kind::Kind;
 pub use metrics::Metrics;
 pub use owners::{Owner, Owners};
-pub use sink::{ConnState, Counts, Finding, Kind, Limits, Row, WatchSink};
+pub use sink::{ConnState, Counts, Finding, Limits, Row, WatchSink};
 
 use crate::capture::LinkType;
 use crate::capture::live::{Live, LiveCapture, LiveError, LiveStats};

@@ -1,8 +1,9 @@
 //! watch's output: a line per finding and a summary table, as text or as
 //! JSON lines (one object per line, `type` `finding` or `summary`).
 
+use super::kind::Kind;
 use super::lines::{EndpointLine, FindingLine, Line, SummaryLine};
-use super::sink::{Finding, Kind, Row};
+use super::sink::{Finding, Row};
 use crate::report::text::dur;
 use std::fmt::Write;
 

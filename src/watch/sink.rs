@@ -11,6 +11,7 @@
 //! kind and role (the rest are counted); the verdict aggregates are kept for
 //! named endpoints only.
 
+use super::kind::Kind;
 use super::metrics::{Metrics, SlotMetrics};
 use crate::analyze::{FileResult, RTO_NS};
 use crate::detect::{Detectors, Observation};
@@ -23,41 +24,6 @@ use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What kind of trouble a finding is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A segment held by Nagle until the peer's delayed ACK.
-    NagleDelayedAck,
-    /// Bytes re-sent after a retransmission timeout (≥ 180 ms after the first copy).
-    RetransmissionTimeout,
-    /// A SYN or SYN-ACK sent more than once (a 1 s / 3 s connect).
-    SynRetransmission,
-    /// A receiver closed its window; its peer had to wait.
-    ZeroWindow,
-}
-
-impl Kind {
-    /// Every kind, in the order of [`Kind::idx`].
-    pub const ALL: [Kind; 4] =
-        [Kind::NagleDelayedAck, Kind::RetransmissionTimeout, Kind::SynRetransmission, Kind::ZeroWindow];
-
-    /// The name used in JSON and in metric labels.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::NagleDelayedAck => "nagle_delayed_ack",
-            Kind::RetransmissionTimeout => "retransmission_timeout",
-            Kind::SynRetransmission => "syn_retransmission",
-            Kind::ZeroWindow => "zero_window",
-        }
-    }
-
-    /// Index for per-kind arrays.
-    pub fn idx(self) -> usize {
-        self as usize
-    }
-}
 
 /// One finding, as it happens.
 #[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
@@ -315,7 +281,7 @@ impl WatchSink {
 
     /// `analyze`'s verdict sentences over the whole run (named endpoints).
     pub fn verdict(self) -> Vec<String> {
-        let r = crate::verdict::build(self.agg, Vec::new());
+        let r = crate::analyze::verdict::build(self.agg, Vec::new());
         r.findings.iter().map(|f| f.summary().to_string()).collect()
     }
 
@@ -428,7 +394,7 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
         }
         Observation::Stall(s) => {
             let what = if s.nagle == Side::Server { "a response" } else { "a request" };
-            let timer = crate::verdict::ack_timer(crate::report::ms(s.ack_delay_ns));
+            let timer = crate::analyze::verdict::ack_timer(crate::report::ms(s.ack_delay_ns));
             let peer = info.endpoint(s.nagle.other()).ip;
             let text = format!(
                 "Nagle + delayed ACK: {} held part of {what} {} until the {} {peer} sent a delayed ACK ({timer}); fix: TCP_NODELAY on {}",

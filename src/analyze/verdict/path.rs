@@ -1,7 +1,7 @@
 //! `network_latency`: exchanges whose time is mostly the path's round trip.
 
 use super::{dur_ms, ms};
-use crate::analyze::ServerAgg;
+use crate::analyze::agg::ServerAgg;
 use crate::report::NetworkLatencyFinding;
 use crate::wire::Endpoint;
 

@@ -1,7 +1,7 @@
 //! `expect_100_continue`: a client waiting for a `100 Continue` that never comes.
 
 use super::{dur_ms, ms};
-use crate::analyze::CountAgg;
+use crate::analyze::agg::CountAgg;
 use crate::report::text::{dur, plural};
 use crate::report::{ExpectFinding, HostRole};
 use crate::wire::Endpoint;

@@ -1,7 +1,8 @@
 //! `upstream_wait`: a reverse proxy whose slow answers are its upstream's time.
 
 use super::{dur_ms, ms};
-use crate::analyze::{ServerAgg, UpstreamWait};
+use crate::analyze::agg::ServerAgg;
+use crate::analyze::upstream::UpstreamWait;
 use crate::report::{Finding, UpstreamWaitFinding};
 use crate::wire::Endpoint;
 

@@ -8,7 +8,7 @@ use expect::expect_finding;
 use path::network_finding;
 use upstream::{upstream_finding, upstream_ns};
 
-use crate::analyze::{CountAgg, FileResult, NagleAgg, ServerAgg};
+use super::agg::{CountAgg, FileResult, NagleAgg, ServerAgg};
 use crate::report::text::{dur, plural};
 use crate::report::{
     self, AppLatencyFinding, Breakdown, EndpointRole, Finding, HostRole, NagleFinding, Report, RetransFinding,
