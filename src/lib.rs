@@ -4,7 +4,9 @@
 //!
 //! Data flows one way: [`capture`] (pcap/pcapng) → [`wire`] (header views) →
 //! [`tcp`] (connection events) → [`detect`] (one module per cause) →
-//! [`report`] (JSON schema and text). [`analyze`] runs the pipeline.
+//! [`report`] (JSON schema and text). [`analyze`] runs the pipeline and
+//! draws the verdict from its aggregates. No two modules import each other
+//! (`tests/layers.rs`): what two share has its own file.
 //! [`measure`] holds the active instruments (`probe`, `trace`); [`inspect`]
 //! looks at a live process's sockets and [`nodelay`] switches their
 //! TCP_NODELAY live (and back); [`watch`] runs the analysis on a live
