@@ -5,17 +5,16 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tcpdoctor::analyze::{self, Options};
-use tcpdoctor::capture::Capture;
 use tcpdoctor::capture::live::{LiveCapture, LiveError, LiveOptions, MAX_SNAPLEN};
 use tcpdoctor::diagnose;
-use tcpdoctor::filter::Filter;
 use tcpdoctor::inspect;
 use tcpdoctor::measure::common::{parse_duration, parse_positive_duration, parse_run_length};
 use tcpdoctor::measure::{bench, probe, trace};
 use tcpdoctor::output::{self, OutputFile};
 use tcpdoctor::report;
 
+#[path = "tcpdoctor/analyze.rs"]
+mod analyze;
 #[path = "tcpdoctor/common.rs"]
 mod common;
 #[path = "tcpdoctor/docs.rs"]
@@ -46,7 +45,7 @@ connections, not the input). Ctrl-C stops reading and prints the report of what 
 Exit codes: 0 all input analysed, or stopped by Ctrl-C; 2 bad command line; 3 no input could be read; \
 4 results printed but part of the input was damaged or skipped (see WARNINGS); 6 the report could not be written \
 (standard output or --html failed; a closed pipe is not a failure).")]
-    Analyze(AnalyzeArgs),
+    Analyze(analyze::Args),
     /// HTTP/1.1 load like wrk (same flags and layout), plus time to first byte, read gaps and client knobs.
     #[command(after_help = "Exit codes: 0 the run completed and measured responses (errors are counted in the \
 report); 2 bad command line: a URL that cannot be used as written (syntax, port 0), -c/-t/-R of 0, a -H \
@@ -289,28 +288,6 @@ fn parse_percent(s: &str) -> Result<f64, String> {
         Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
         _ => Err(format!("`{s}`: a percentage from 0 to 100")),
     }
-}
-
-#[derive(clap::Args)]
-struct AnalyzeArgs {
-    /// Capture files (pcap or pcapng); `-` reads standard input.
-    #[arg(required = true, value_name = "FILE")]
-    files: Vec<PathBuf>,
-    /// Print the findings as JSON (schema in the README).
-    #[arg(long)]
-    json: bool,
-    /// Only segments matching a tcpdump-style filter, e.g. 'tcp port 8080 and host 10.0.0.1'.
-    #[arg(long, value_name = "EXPR")]
-    filter: Option<String>,
-    /// Draw this connection's packet ladder (ID from the connection table; `F:N` with several files).
-    #[arg(long, value_name = "ID")]
-    flow: Option<String>,
-    /// Most rows in a ladder.
-    #[arg(long, default_value_t = 60, value_name = "N")]
-    ladder_rows: usize,
-    /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
-    #[arg(long, value_name = "FILE")]
-    html: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -705,110 +682,6 @@ struct WatchArgs {
     /// Finding lines per server endpoint, kind and role in one summary interval (0: summaries only).
     #[arg(long, default_value_t = 5, value_name = "N")]
     max_lines: u32,
-}
-
-fn run_analyze(a: AnalyzeArgs) -> ExitCode {
-    let filter = match a.filter.as_deref().map(Filter::parse).transpose() {
-        Ok(f) => f,
-        Err(e) => return fail(exit::USAGE, format!("--filter: {e}")),
-    };
-    let stdin_count = a.files.iter().filter(|f| f.as_os_str() == "-").count();
-    if stdin_count > 1 {
-        return fail(exit::USAGE, "standard input (`-`) can be given only once");
-    }
-    let html = match html_file(&a.html) {
-        Ok(h) => h,
-        Err(code) => return code,
-    };
-    let mut caps = Vec::new();
-    let mut skipped = Vec::new();
-    tcpdoctor::capture::make_room_for(a.files.len());
-    for f in &a.files {
-        match Capture::open(f) {
-            Ok(c) => caps.push(c),
-            Err(e) => skipped.push(format!("{}: {e}", f.display())),
-        }
-    }
-    if caps.is_empty() {
-        return fail(exit::INPUT, skipped.join("; "));
-    }
-    // Streams have no size: no bar for them.
-    let total: u64 = caps.iter().map(|c| c.len().unwrap_or(0)).sum();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    // Ctrl-C stops the walks; the report covers what was read (a second Ctrl-C kills).
-    tcpdoctor::interrupt::catch();
-    let opts = Options {
-        filter,
-        flow: a.flow.clone(),
-        ladder_rows: a.ladder_rows,
-        progress: Some(done.clone()),
-        stop: Some(tcpdoctor::interrupt::flag()),
-    };
-    let bar = analysis_bar(total, done);
-    let result = analyze::analyze(&caps, &opts);
-    if let Some((bar, stop)) = bar {
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let _ = bar.join();
-    }
-    let mut r = match result {
-        Ok(r) => r,
-        Err(e) if skipped.is_empty() => return fail(exit::INPUT, e),
-        Err(e) => return fail(exit::INPUT, format!("{e}; also {}", skipped.join("; "))),
-    };
-    for s in &skipped {
-        r.warnings.insert(0, format!("{s} (file skipped)"));
-    }
-    if let Some(id) = &a.flow
-        && r.ladder.as_ref().is_none_or(|l| &l.connection != id && !l.connection.ends_with(&format!(":{id}")))
-    {
-        return fail(exit::USAGE, format!("--flow {id}: no such connection (ids are in the CONNECTIONS table)"));
-    }
-    output(&r, a.json);
-    let partial = r.inputs.len() < a.files.len()
-        || r.inputs.iter().any(|i| i.damage.is_some() || i.malformed_packets > 0 || i.skipped_blocks > 0);
-    if partial {
-        // One line: the first problem (file, offset, what), and how many more.
-        let more = match r.warnings.len() {
-            0 | 1 => String::new(),
-            n => format!(" (+{} more warnings)", n - 1),
-        };
-        let first = r.warnings.first().map_or("part of the input was damaged", String::as_str);
-        eprintln!("tcpdoctor: warning: {}{more}", report::escape::terminal(first));
-    }
-    if let Some(w) = r.warnings.iter().find(|w| w.contains(": interrupted (Ctrl-C)")) {
-        eprintln!("tcpdoctor: {}", report::escape::terminal(w));
-    }
-    write_html(html, || report::html::analyze(&r), if partial { exit::PARTIAL } else { exit::OK })
-}
-
-/// A progress bar for analyses of large inputs (≥ 64 MiB), drawn from another thread;
-/// none when stderr is not a terminal.
-fn analysis_bar(
-    total: u64,
-    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
-) -> Option<(std::thread::JoinHandle<()>, std::sync::Arc<std::sync::atomic::AtomicBool>)> {
-    use std::io::IsTerminal;
-    use std::sync::atomic::Ordering;
-    if total < 64 << 20 || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let h = std::thread::spawn(move || {
-        let bar = indicatif::ProgressBar::new(total);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "  analysing {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        while !stop2.load(Ordering::Relaxed) {
-            bar.set_position(done.load(Ordering::Relaxed).min(total));
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        bar.finish_and_clear();
-    });
-    Some((h, stop))
 }
 
 fn run_probe(a: ProbeArgs) -> ExitCode {
@@ -1271,7 +1144,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> ExitCode {
     match cli.cmd {
-        Cmd::Analyze(a) => run_analyze(a),
+        Cmd::Analyze(a) => analyze::run(a),
         Cmd::Bench(a) => run_bench(a),
         Cmd::Probe(a) => run_probe(a),
         Cmd::Trace(a) => run_trace(a),
