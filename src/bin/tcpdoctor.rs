@@ -9,7 +9,7 @@ use tcpdoctor::capture::live::{LiveCapture, LiveError, LiveOptions, MAX_SNAPLEN}
 use tcpdoctor::diagnose;
 use tcpdoctor::inspect;
 use tcpdoctor::measure::common::{parse_duration, parse_positive_duration, parse_run_length};
-use tcpdoctor::measure::{probe, trace};
+
 use tcpdoctor::output::{self, OutputFile};
 use tcpdoctor::report;
 
@@ -21,11 +21,14 @@ mod bench;
 mod common;
 #[path = "tcpdoctor/docs.rs"]
 mod docs;
+#[path = "tcpdoctor/probe.rs"]
+mod probe;
+#[path = "tcpdoctor/trace.rs"]
+mod trace;
 
 use common::{
-    FamilyArgs, Target, TlsArgs, TraceMethodArg, check_url, exit, fail, filter_words, finish_measure, html_file,
-    inspect_failed, live_exit, output, parse_target, print, print_json, read_option_file, resolve, start_measure,
-    trace_method, write_html,
+    Target, TlsArgs, TraceMethodArg, check_url, exit, fail, filter_words, html_file, inspect_failed, live_exit, output,
+    parse_target, print, print_json, read_option_file, resolve, trace_method, write_html,
 };
 
 #[derive(Parser)]
@@ -70,7 +73,7 @@ is a timed non-blocking connect() and tcpi_rtt is shown too (a note on stderr sa
 Exit codes: 0 at least one probe answered (open or closed); 1 no TCP answer at all (filtered); 2 bad command \
 line; 3 HOST cannot be resolved (or has no address of the -4/-6 family); 5 cannot measure (a socket call failed: \
 no route, no permission); 6 the results could not be written to standard output.")]
-    Probe(ProbeArgs),
+    Probe(probe::Args),
     /// The routers on the way to a TCP port, like `traceroute --tcp -n`.
     #[command(after_help = "Needs CAP_NET_RAW (root) for raw SYNs and a raw ICMP socket; without it, or with \
 --unprivileged, each probe is a TTL-limited connect() whose ICMP error is read from the socket's error queue \
@@ -79,7 +82,7 @@ no route, no permission); 6 the results could not be written to standard output.
 Exit codes: 0 destination reached (open or closed); 1 not reached (max hops, or ICMP unreachable); 2 bad command \
 line; 3 HOST cannot be resolved; 5 cannot measure (a socket call failed); 6 the results could not be written to \
 standard output.")]
-    Trace(TraceArgs),
+    Trace(trace::Args),
     /// Capture TCP packets to a pcap file, like `tcpdump -w` (no libpcap needed).
     #[command(after_help = "Only TCP over IPv4 and IPv6 is captured; FILTER narrows it further (tcpdump syntax: \
 [src|dst] host ADDR, net ADDR/LEN, port N, portrange N-M, tcp, ip, ip6, and, or, not, parentheses). The filter \
@@ -293,35 +296,6 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 #[derive(clap::Args)]
-struct ProbeArgs {
-    /// Host name or address.
-    host: String,
-    /// TCP port.
-    #[arg(short = 'p', long, value_parser = clap::value_parser!(u16).range(1..))]
-    port: u16,
-    /// Probes to send.
-    #[arg(short = 'c', long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    count: u32,
-    /// Time between probes: seconds (`0.2`) or with a unit (`200ms`, `1s`).
-    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
-    interval: Duration,
-    /// How long a probe waits for its answer before it counts as filtered.
-    #[arg(long, default_value = "1s", value_parser = parse_positive_duration, value_name = "DURATION")]
-    timeout: Duration,
-    #[command(flatten)]
-    family: FamilyArgs,
-    /// SYN probes (what probe always sends; accepted for hping3 compatibility).
-    #[arg(short = 'S', long = "syn")]
-    _syn: bool,
-    /// Time connect() even when raw sockets are allowed.
-    #[arg(long)]
-    unprivileged: bool,
-    /// Print the results as JSON (schema in the README).
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(clap::Args)]
 struct InspectArgs {
     /// A process id, or `:PORT` for the process listening on that TCP port.
     #[arg(value_name = "PID | :PORT", value_parser = parse_target)]
@@ -420,38 +394,6 @@ fn run_nodelay(a: NodelayArgs) -> ExitCode {
 }
 
 #[derive(clap::Args)]
-struct TraceArgs {
-    /// Host name or address.
-    host: String,
-    /// TCP port.
-    #[arg(short = 'p', long, default_value_t = 80, value_parser = clap::value_parser!(u16).range(1..))]
-    port: u16,
-    /// Numeric addresses (always the case; accepted for traceroute compatibility).
-    #[arg(short = 'n')]
-    numeric: bool,
-    /// TCP SYN probes (what trace always sends; accepted for traceroute compatibility).
-    #[arg(short = 'T', long = "tcp")]
-    _tcp: bool,
-    /// Largest TTL to try.
-    #[arg(short = 'm', long, default_value_t = 30, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
-    max_hops: u8,
-    /// Probes per hop.
-    #[arg(short = 'q', long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
-    queries: u32,
-    /// How long a hop waits for its answers: seconds (`0.5`) or with a unit (`500ms`).
-    #[arg(short = 'w', long, default_value = "1s", value_parser = parse_positive_duration, value_name = "DURATION")]
-    wait: Duration,
-    #[command(flatten)]
-    family: FamilyArgs,
-    /// Use TTL-limited connect() even when raw sockets are allowed.
-    #[arg(long)]
-    unprivileged: bool,
-    /// Print the results as JSON (schema in the README).
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(clap::Args)]
 struct CaptureArgs {
     /// Interface to capture on; `any` for all of them (written with Linux cooked headers).
     /// Default: the route to the filter's host, else the first interface up that is not loopback.
@@ -516,50 +458,6 @@ struct WatchArgs {
     /// Finding lines per server endpoint, kind and role in one summary interval (0: summaries only).
     #[arg(long, default_value_t = 5, value_name = "N")]
     max_lines: u32,
-}
-
-fn run_probe(a: ProbeArgs) -> ExitCode {
-    let opts = probe::Options {
-        host: a.host,
-        port: a.port,
-        count: a.count,
-        interval: a.interval,
-        timeout: a.timeout,
-        family: a.family.get(),
-        unprivileged: a.unprivileged,
-    };
-    let json = a.json;
-    let result = probe::run(&opts, |ev| match ev {
-        probe::Event::Start(r) => {
-            start_measure(&r.notes, json, || report::probe::render_header(r));
-        }
-        probe::Event::Probe(p) if !json => print(&report::probe::render_probe(p, opts.port)),
-        probe::Event::Probe(_) => {}
-    });
-    finish_measure(result, json, report::probe::render_summary, |r| r.summary.received > 0)
-}
-
-fn run_trace(a: TraceArgs) -> ExitCode {
-    // -n changes nothing: output is always numeric.
-    let _ = a.numeric;
-    let opts = trace::Options {
-        host: a.host,
-        port: a.port,
-        max_hops: a.max_hops,
-        queries: a.queries,
-        wait: a.wait,
-        family: a.family.get(),
-        unprivileged: a.unprivileged,
-    };
-    let json = a.json;
-    let result = trace::run(&opts, |ev| match ev {
-        trace::Event::Start(r) => {
-            start_measure(&r.notes, json, || report::trace::render_header(r));
-        }
-        trace::Event::Hop(h) if !json => print(&report::trace::render_hop(h)),
-        trace::Event::Hop(_) => {}
-    });
-    finish_measure(result, json, report::trace::render_summary, |r| r.reached)
 }
 
 fn diagnose_options(a: &DiagnoseArgs, trust: tcpdoctor::measure::tls::Trust) -> diagnose::Options {
@@ -980,8 +878,8 @@ fn run(cli: Cli) -> ExitCode {
     match cli.cmd {
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Bench(a) => bench::run(a),
-        Cmd::Probe(a) => run_probe(a),
-        Cmd::Trace(a) => run_trace(a),
+        Cmd::Probe(a) => probe::run(a),
+        Cmd::Trace(a) => trace::run(a),
         Cmd::Inspect(a) => run_inspect(a),
         Cmd::Nodelay(a) => run_nodelay(a),
         Cmd::Capture(a) => run_capture(a),
