@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tcpdoctor::capture::live::{LiveCapture, LiveError, LiveOptions, MAX_SNAPLEN};
 use tcpdoctor::diagnose;
-use tcpdoctor::inspect;
-use tcpdoctor::measure::common::{parse_duration, parse_positive_duration, parse_run_length};
+
+use tcpdoctor::measure::common::{parse_positive_duration, parse_run_length};
 
 use tcpdoctor::output::{self, OutputFile};
 use tcpdoctor::report;
@@ -21,14 +21,16 @@ mod bench;
 mod common;
 #[path = "tcpdoctor/docs.rs"]
 mod docs;
+#[path = "tcpdoctor/inspect.rs"]
+mod inspect;
 #[path = "tcpdoctor/probe.rs"]
 mod probe;
 #[path = "tcpdoctor/trace.rs"]
 mod trace;
 
 use common::{
-    Target, TlsArgs, TraceMethodArg, check_url, exit, fail, filter_words, html_file, inspect_failed, live_exit, output,
-    parse_target, print, print_json, read_option_file, resolve, trace_method, write_html,
+    Target, TlsArgs, TraceMethodArg, check_url, exit, fail, filter_words, html_file, live_exit, output, parse_target,
+    print, print_json, read_option_file, resolve, trace_method, write_html,
 };
 
 #[derive(Parser)]
@@ -113,7 +115,7 @@ another tracer (a debugger, strace) holds the process. Ctrl-C ends the trace ear
 Exit codes: 0 inspected (also when the process exited during --trace: the report says so); 2 bad command line; \
 3 no such process, or nothing listens on PORT; 5 cannot inspect or trace (no ptrace permission, already traced, \
 kernel too old); 6 the report could not be written to standard output.")]
-    Inspect(InspectArgs),
+    Inspect(inspect::Args),
     /// Switch TCP_NODELAY on (or off) live on a server's sockets, and restore it: the fix, tried without a restart.
     #[command(after_help = "PID is a process id; :PORT means the process listening on that TCP port (for nginx, its \
 master, with the workers that share its listening socket). on|off sets TCP_NODELAY on its listening sockets (on \
@@ -296,25 +298,6 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 #[derive(clap::Args)]
-struct InspectArgs {
-    /// A process id, or `:PORT` for the process listening on that TCP port.
-    #[arg(value_name = "PID | :PORT", value_parser = parse_target)]
-    target: Target,
-    /// How long to watch the host's delayed-ACK counters: seconds (`0.5`) or with a unit (`500ms`, `2s`).
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
-    window: Duration,
-    /// Also record reads and writes on TCP sockets for this long (at most 60s), e.g. 5s: with eBPF when it loads, else ptrace.
-    #[arg(long, value_parser = parse_trace, value_name = "DURATION")]
-    trace: Option<Duration>,
-    /// Force how --trace records: `ebpf` (fail if it cannot load) or `ptrace`.
-    #[arg(long, value_enum, requires = "trace")]
-    method: Option<TraceMethodArg>,
-    /// Print the results as JSON (schema in the README).
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(clap::Args)]
 struct NodelayArgs {
     /// A process id, or `:PORT` for the process listening on that TCP port.
     #[arg(value_name = "PID | :PORT", value_parser = parse_target)]
@@ -325,47 +308,6 @@ struct NodelayArgs {
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
-}
-
-/// `--trace`: more than 0, at most [`inspect::MAX_TRACE`].
-fn parse_trace(s: &str) -> Result<Duration, String> {
-    let d = parse_positive_duration(s)?;
-    if d > inspect::MAX_TRACE {
-        return Err(format!(
-            "`{s}`: at most {} s: every syscall of the traced process is slowed meanwhile (trace a few short windows instead)",
-            inspect::MAX_TRACE.as_secs()
-        ));
-    }
-    Ok(d)
-}
-
-fn run_inspect(a: InspectArgs) -> ExitCode {
-    let (pid, port) = match resolve(a.target) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    if a.trace.is_some() {
-        // Ctrl-C (or SIGTERM) ends the trace early: detach, then report what was recorded.
-        tcpdoctor::interrupt::catch_all();
-    }
-    let o = inspect::Options {
-        window: a.window,
-        port,
-        trace: a.trace,
-        trace_optional: false,
-        trace_method: trace_method(a.method),
-    };
-    match inspect::inspect(pid, &o) {
-        Ok(r) if a.json => {
-            print_json(&r);
-            ExitCode::from(exit::OK)
-        }
-        Ok(r) => {
-            print(&report::inspect::render(&r));
-            ExitCode::from(exit::OK)
-        }
-        Err(e) => inspect_failed(e),
-    }
 }
 
 fn run_nodelay(a: NodelayArgs) -> ExitCode {
@@ -880,7 +822,7 @@ fn run(cli: Cli) -> ExitCode {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Probe(a) => probe::run(a),
         Cmd::Trace(a) => trace::run(a),
-        Cmd::Inspect(a) => run_inspect(a),
+        Cmd::Inspect(a) => inspect::run(a),
         Cmd::Nodelay(a) => run_nodelay(a),
         Cmd::Capture(a) => run_capture(a),
         Cmd::Diagnose(a) => run_diagnose(a),
