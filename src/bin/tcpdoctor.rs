@@ -23,14 +23,16 @@ mod common;
 mod docs;
 #[path = "tcpdoctor/inspect.rs"]
 mod inspect;
+#[path = "tcpdoctor/nodelay.rs"]
+mod nodelay;
 #[path = "tcpdoctor/probe.rs"]
 mod probe;
 #[path = "tcpdoctor/trace.rs"]
 mod trace;
 
 use common::{
-    Target, TlsArgs, TraceMethodArg, check_url, exit, fail, filter_words, html_file, live_exit, output, parse_target,
-    print, print_json, read_option_file, resolve, trace_method, write_html,
+    TlsArgs, TraceMethodArg, check_url, exit, fail, filter_words, html_file, live_exit, output, print, print_json,
+    read_option_file, trace_method, write_html,
 };
 
 #[derive(Parser)]
@@ -136,7 +138,7 @@ nothing listens on PORT, no listening TCP socket in the process (on PORT), or re
 process that is gone has its saved state removed); 5 cannot: no ptrace permission, already traced by another \
 process, kernel too old, a socket call failed; 6 the state file could not be written (nothing was changed) or its directory is not \
 private, or standard output failed.")]
-    Nodelay(NodelayArgs),
+    Nodelay(nodelay::Args),
     /// The whole method against a URL: RTT, alone vs under load, quick-ACK A/B, capture, server process, verdict.
     #[command(after_help = "Step 4 (capture) needs CAP_NET_RAW and step 5 (server process) needs the server on this \
 host and ptrace permission over it; without them the verdict comes from steps 1-3 and NOT CHECKED says what is \
@@ -295,44 +297,6 @@ fn parse_percent(s: &str) -> Result<f64, String> {
         Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
         _ => Err(format!("`{s}`: a percentage from 0 to 100")),
     }
-}
-
-#[derive(clap::Args)]
-struct NodelayArgs {
-    /// A process id, or `:PORT` for the process listening on that TCP port.
-    #[arg(value_name = "PID | :PORT", value_parser = parse_target)]
-    target: Target,
-    /// on: set TCP_NODELAY; off: clear it; restore: put back the values saved by on/off.
-    #[arg(value_parser = ["on", "off", "restore"])]
-    action: String,
-    /// Print the results as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-fn run_nodelay(a: NodelayArgs) -> ExitCode {
-    use tcpdoctor::nodelay::{self, NodelayError as E};
-    let (pid, port) = match resolve(a.target) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    let r = match a.action.as_str() {
-        "restore" => nodelay::restore(pid),
-        on => nodelay::switch(pid, port, on == "on"),
-    };
-    match r {
-        Ok(r) if a.json => print_json(&r),
-        Ok(r) => print(&report::nodelay::render(&r)),
-        Err(e) => {
-            let code = match e {
-                E::NoProcess { .. } | E::Gone { .. } | E::NoSockets { .. } | E::NoState { .. } => exit::INPUT,
-                E::Permission { .. } | E::Traced { .. } | E::Unsupported { .. } | E::Io { .. } => exit::NET,
-                E::State(_) => exit::OUTPUT,
-            };
-            return fail(code, e);
-        }
-    }
-    ExitCode::from(exit::OK)
 }
 
 #[derive(clap::Args)]
@@ -823,7 +787,7 @@ fn run(cli: Cli) -> ExitCode {
         Cmd::Probe(a) => probe::run(a),
         Cmd::Trace(a) => trace::run(a),
         Cmd::Inspect(a) => inspect::run(a),
-        Cmd::Nodelay(a) => run_nodelay(a),
+        Cmd::Nodelay(a) => nodelay::run(a),
         Cmd::Capture(a) => run_capture(a),
         Cmd::Diagnose(a) => run_diagnose(a),
         Cmd::Lab(a) => run_lab(a),
