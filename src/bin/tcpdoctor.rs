@@ -1,22 +1,23 @@
 //! The `tcpdoctor` command: a thin layer over the library.
 
 use clap::{Parser, Subcommand};
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tcpdoctor::capture::live::{LiveCapture, LiveError, LiveOptions, MAX_SNAPLEN};
+use tcpdoctor::capture::live::{LiveCapture, LiveOptions};
 use tcpdoctor::diagnose;
 
 use tcpdoctor::measure::common::{parse_positive_duration, parse_run_length};
 
-use tcpdoctor::output::{self, OutputFile};
+use tcpdoctor::output::{self};
 use tcpdoctor::report;
 
 #[path = "tcpdoctor/analyze.rs"]
 mod analyze;
 #[path = "tcpdoctor/bench.rs"]
 mod bench;
+#[path = "tcpdoctor/capture.rs"]
+mod capture;
 #[path = "tcpdoctor/common.rs"]
 mod common;
 #[path = "tcpdoctor/docs.rs"]
@@ -98,7 +99,7 @@ Exit codes: 0 captured (even 0 packets); 2 bad command line or filter; 3 no such
 written; 5 cannot capture (no CAP_NET_RAW, interface down, a socket call failed); 6 FILE or standard output \
 failed during the capture. FILE is written as .FILE.XXXXXX.tmp beside it and renamed to FILE when the capture \
 ends.")]
-    Capture(CaptureArgs),
+    Capture(capture::Args),
     /// A live process's TCP sockets: TCP_NODELAY/TCP_CORK, tcp_info, its server software's own knob, host settings.
     #[command(after_help = "PID is a process id; :PORT means the process listening on that TCP port (for nginx, \
 its master: the workers that share the listening socket are inspected with it, and only sockets on PORT are \
@@ -297,33 +298,6 @@ fn parse_percent(s: &str) -> Result<f64, String> {
         Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
         _ => Err(format!("`{s}`: a percentage from 0 to 100")),
     }
-}
-
-#[derive(clap::Args)]
-struct CaptureArgs {
-    /// Interface to capture on; `any` for all of them (written with Linux cooked headers).
-    /// Default: the route to the filter's host, else the first interface up that is not loopback.
-    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
-    iface: Option<String>,
-    /// Filter, tcpdump-style, e.g. `tcp port 8080 and host 10.0.0.1` (quoted or as separate words).
-    #[arg(value_name = "FILTER")]
-    filter: Vec<String>,
-    /// Write the packets to this file (pcapng when it ends in `.pcapng`, else pcap); `-` for standard output.
-    #[arg(short = 'w', value_name = "FILE")]
-    write: PathBuf,
-    /// Stop after this long, e.g. 10s, 2m (default: until Ctrl-C or -c).
-    #[arg(long, value_parser = parse_run_length, value_name = "DURATION")]
-    duration: Option<Duration>,
-    /// Stop after this many packets.
-    #[arg(short = 'c', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    count: Option<u64>,
-    /// Numeric addresses and ports (`-n`, `-nn`): capture never resolves names; accepted for tcpdump compatibility.
-    #[arg(short = 'n', action = clap::ArgAction::Count)]
-    _numeric: u8,
-    /// Bytes kept of each packet (0 means 262144, the most).
-    #[arg(short = 's', long, default_value_t = MAX_SNAPLEN, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(0..=MAX_SNAPLEN as i64))]
-    snaplen: u32,
 }
 
 #[derive(clap::Args)]
@@ -632,62 +606,6 @@ fn run_demo(json: bool) -> ExitCode {
     }
 }
 
-fn run_capture(a: CaptureArgs) -> ExitCode {
-    let filter = match filter_words(&a.filter) {
-        Ok(f) => f,
-        Err(code) => return code,
-    };
-    let iface = match a.iface {
-        Some(i) => i,
-        None => match tcpdoctor::capture::live::pick_interface(filter.as_ref()) {
-            Ok(p) => {
-                eprintln!("tcpdoctor: no -i given: capturing on {} ({})", p.iface, p.why);
-                p.iface
-            }
-            Err(e) => return fail(live_exit(&e), e),
-        },
-    };
-    let o = LiveOptions { iface: iface.clone(), filter, snaplen: a.snaplen };
-    let mut cap = match LiveCapture::open(&o) {
-        Ok(c) => c,
-        Err(e) => return fail(live_exit(&e), e),
-    };
-    let name = a.write.display().to_string();
-    // A file is written beside its name and renamed into place at the end.
-    let mut file = None;
-    let mut stdout = output::Stdout;
-    let out: &mut dyn Write = if name == "-" {
-        &mut stdout
-    } else {
-        match OutputFile::create(&a.write) {
-            Ok(f) => file.insert(f),
-            Err(e) => return fail(exit::INPUT, format!("{name}: cannot write: {e}")),
-        }
-    };
-    // SIGTERM and SIGHUP too: however it is stopped, the file is completed.
-    tcpdoctor::interrupt::catch_all();
-    eprintln!("tcpdoctor: capturing on {iface}, link-type {}, snapshot length {} bytes", cap.link(), cap.snaplen());
-    let deadline = a.duration.map(|d| std::time::Instant::now() + d);
-    let format = tcpdoctor::capture::live::FileFormat::for_path(&a.write);
-    let stats = match cap.record_as(format, out, tcpdoctor::interrupt::flag(), deadline, a.count) {
-        Ok(s) => s,
-        // Standard output's failure is reported by main; a reader that went away ends it quietly.
-        Err(LiveError::Write(_)) if name == "-" => return ExitCode::from(exit::OK),
-        Err(e @ LiveError::Write(_)) => return fail(exit::OUTPUT, format!("{name}: {e}")),
-        Err(e) => return fail(live_exit(&e), e),
-    };
-    if let Some(f) = file
-        && let Err(e) = f.commit()
-    {
-        return fail(exit::OUTPUT, format!("{name}: cannot write: {e}"));
-    }
-    eprintln!(
-        "{} packets captured, {} dropped by kernel, {} loopback duplicates removed",
-        stats.packets, stats.kernel_drops, stats.loopback_duplicates
-    );
-    ExitCode::from(exit::OK)
-}
-
 /// Bytes kept of each packet by watch: headers and the start of a response
 /// (enough for its `Server:` header); payload lengths come from the IP header.
 const WATCH_SNAPLEN: u32 = 2048;
@@ -788,7 +706,7 @@ fn run(cli: Cli) -> ExitCode {
         Cmd::Trace(a) => trace::run(a),
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Nodelay(a) => nodelay::run(a),
-        Cmd::Capture(a) => run_capture(a),
+        Cmd::Capture(a) => capture::run(a),
         Cmd::Diagnose(a) => run_diagnose(a),
         Cmd::Lab(a) => run_lab(a),
         Cmd::Watch(a) => run_watch(a),
