@@ -14,6 +14,8 @@ mod bench;
 mod capture;
 #[path = "tcpdoctor/common.rs"]
 mod common;
+#[path = "tcpdoctor/demo.rs"]
+mod demo;
 #[path = "tcpdoctor/diagnose.rs"]
 mod diagnose;
 #[path = "tcpdoctor/docs.rs"]
@@ -31,7 +33,7 @@ mod trace;
 #[path = "tcpdoctor/watch.rs"]
 mod watch;
 
-use common::{exit, fail, output, print, print_json};
+use common::{exit, fail};
 
 #[derive(Parser)]
 #[command(
@@ -204,33 +206,7 @@ Install it as /usr/share/man/man1/tcpdoctor.1 (the .deb does).
 
 Exit codes: 0 written; 2 bad command line; 6 standard output failed.")]
     Man,
-    Demo {
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Analyse the bundled captures (nginx tcp_nodelay off, then on) instead of running lab servers.
-        #[arg(long)]
-        offline: bool,
-    },
-}
-
-fn run_demo(json: bool) -> ExitCode {
-    tcpdoctor::interrupt::catch();
-    let o = tcpdoctor::diagnose::Options::default();
-    let mut say = |line: &str| {
-        if !json {
-            print(line)
-        }
-    };
-    match tcpdoctor::demo::live(&o, &mut say) {
-        Ok(d) => {
-            if json {
-                print_json(&d);
-            }
-            ExitCode::from(exit::OK)
-        }
-        Err(e) => fail(exit::NET, e),
-    }
+    Demo(demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -266,23 +242,6 @@ fn run(cli: Cli) -> ExitCode {
             }
             Err(e) => fail(exit::OUTPUT, format!("cannot render the manual page: {e}")),
         },
-        Cmd::Demo { json, offline: false } => run_demo(json),
-        Cmd::Demo { json, offline: true } => match tcpdoctor::demo::run() {
-            Ok(reports) => {
-                if json {
-                    let v: Vec<_> = reports.iter().map(|(_, r)| r).collect();
-                    print_json(&v);
-                } else {
-                    for (title, r) in &reports {
-                        print(&format!("== {title}\n\n"));
-                        output(r, false);
-                        print("\n");
-                    }
-                    print(&format!("{}\n", tcpdoctor::demo::proof(&reports[0].1, &reports[1].1)));
-                }
-                ExitCode::from(exit::OK)
-            }
-            Err(e) => fail(exit::INPUT, e),
-        },
+        Cmd::Demo(a) => demo::run(a),
     }
 }
