@@ -10,6 +10,13 @@ use tcpdoctor::capture::Capture;
 use tcpdoctor::filter::Filter;
 use tcpdoctor::report;
 
+/// The notes and exit codes under `tcpdoctor analyze --help` (and in the manual page).
+pub const AFTER_HELP: &str = "Regular files are mapped; `-`, FIFOs and devices are streamed (memory for the open \
+connections, not the input). Ctrl-C stops reading and prints the report of what was read.\n\n\
+Exit codes: 0 all input analysed, or stopped by Ctrl-C; 2 bad command line; 3 no input could be read; \
+4 results printed but part of the input was damaged or skipped (see WARNINGS); 6 the report could not be written \
+(standard output or --html failed; a closed pipe is not a failure).";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Capture files (pcap or pcapng); `-` reads standard input.

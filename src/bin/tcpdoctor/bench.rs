@@ -9,6 +9,21 @@ use tcpdoctor::measure::bench;
 use tcpdoctor::measure::common::{parse_positive_duration, parse_run_length};
 use tcpdoctor::report;
 
+/// The notes and exit codes under `tcpdoctor bench --help` (and in the manual page).
+pub const AFTER_HELP: &str = "Exit codes: 0 the run completed and measured responses (errors are counted in the \
+report); 2 bad command line: a URL that cannot be used as written (syntax, port 0), -c/-t/-R of 0, a -H \
+without a colon or with a bad name, a bad --method, a --body-file over 64 MiB, a --cacert with no PEM \
+certificate; 3 the run could not start (host that does not resolve, unreadable --body-file or --cacert, too few \
+open files, no CA certificate in the system's store) or the server's TLS certificate was refused (expired, \
+unknown issuer, wrong name: one line says which); 5 nothing was measured: no connection could \
+be made (the first connect error says why), or none got a complete response (the report is printed, then one line \
+says why); 6 the results could not be written (standard output or --html).\n\n\
+https:// URLs speak TLS 1.3 or 1.2 (rustls), SNI from the host name, ALPN http/1.1; the certificate is checked \
+against the system's CA store unless --cacert or -k. Handshake times, resumed sessions, version and cipher suite \
+are reported.\n\n\
+Latency is measured from writing the request to the response's last byte (with -R, from when the request \
+was due). Ctrl-C stops the run and prints what was measured.";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// http://HOST[:PORT][/PATH]

@@ -10,6 +10,18 @@ use tcpdoctor::capture::live::{LiveCapture, LiveError, LiveOptions, MAX_SNAPLEN}
 use tcpdoctor::measure::common::parse_run_length;
 use tcpdoctor::output::{self, OutputFile};
 
+/// The notes and exit codes under `tcpdoctor capture --help` (and in the manual page).
+pub const AFTER_HELP: &str = "Only TCP over IPv4 and IPv6 is captured; FILTER narrows it further (tcpdump syntax: \
+[src|dst] host ADDR, net ADDR/LEN, port N, portrange N-M, tcp, ip, ip6, and, or, not, parentheses). The filter \
+runs in the kernel. Timestamps are in nanoseconds. On loopback, the outgoing copy of each packet is left out. \
+Ctrl-C stops the capture and leaves a complete file. Needs CAP_NET_RAW (root, or `setcap cap_net_raw+ep` on the \
+binary).
+
+Exit codes: 0 captured (even 0 packets); 2 bad command line or filter; 3 no such interface, or FILE cannot be \
+written; 5 cannot capture (no CAP_NET_RAW, interface down, a socket call failed); 6 FILE or standard output \
+failed during the capture. FILE is written as .FILE.XXXXXX.tmp beside it and renamed to FILE when the capture \
+ends.";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Interface to capture on; `any` for all of them (written with Linux cooked headers).

@@ -12,6 +12,27 @@ use tcpdoctor::diagnose;
 use tcpdoctor::measure::common::parse_positive_duration;
 use tcpdoctor::report;
 
+/// The notes and exit codes under `tcpdoctor diagnose --help` (and in the manual page).
+pub const AFTER_HELP: &str = "Step 4 (capture) needs CAP_NET_RAW and step 5 (server process) needs the server on this \
+host and ptrace permission over it; without them the verdict comes from steps 1-3 and NOT CHECKED says what is \
+missing. Step 5 also traces the server's reads and writes with ptrace for 0.5 s of the load (as `inspect --trace`), \
+which slows the requests it serves meanwhile.
+
+--try-nodelay (after the verdict, for a server on this host found in step 5) sets TCP_NODELAY live on the server's \
+listening socket(s) of the port and its established connections (as `tcpdoctor nodelay :PORT on`; the previous \
+values saved first in /run/tcpdoctor), runs the load again with the same parameters, restores every socket (unless \
+--keep) and prints BEFORE / AFTER with the proof in one line. Otherwise one line says why it cannot. If the run is \
+killed, `tcpdoctor nodelay PID restore` puts the values back. The exit code stays the verdict's.
+
+Exit codes: 0 no latency problem found (with --verify/--before: the fix worked); 1 a cause was found (with \
+--verify/--before: not fixed); 2 bad command line: a URL that cannot be used as written (syntax, port 0), \
+-i naming no interface, a --before file that is not a `diagnose --json` record or is over 64 MiB, a --cacert with \
+no PEM certificate; 3 unknown host, unreadable --cacert, or the server's TLS certificate refused (one line says \
+why: expired, unknown issuer, wrong name); \
+5 the server did not answer HTTP (verdict closed, no_response or unreachable), or a step the verdict needs \
+measured nothing (one line says which step and why, and there is no verdict); 6 the results could not be written \
+(standard output or --html).";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// http://HOST[:PORT][/PATH]

@@ -10,6 +10,25 @@ use tcpdoctor::inspect;
 use tcpdoctor::measure::common::{parse_duration, parse_positive_duration};
 use tcpdoctor::report;
 
+/// The notes and exit codes under `tcpdoctor inspect --help` (and in the manual page).
+pub const AFTER_HELP: &str = "PID is a process id; :PORT means the process listening on that TCP port (for nginx, \
+its master: the workers that share the listening socket are inspected with it, and only sockets on PORT are \
+listed). Socket options are read on duplicates of the sockets (pidfd_getfd, Linux >= 5.6), which needs ptrace \
+permission over the process (same user, root, or CAP_SYS_PTRACE); nothing about the process is changed. A \
+process that exits during the window is still reported, flagged as exited.
+
+--trace D records the process's reads, writes and waits on TCP sockets for D (at most 60 s) with ptrace, like \
+`strace -f` (PTRACE_SEIZE on every thread of the process and its workers, Linux >= 5.3; no eBPF), then detaches \
+and leaves it as it was. It finds write-write-read: responses written in two or more small pieces with Nagle on, \
+then a wait for the next request (the Nagle + delayed-ACK stall's shape). Tracing stops the process at every \
+syscall: each one takes some microseconds longer meanwhile; the report measures and prints that cost. It needs \
+ptrace permission (root or CAP_SYS_PTRACE, or the same user where kernel.yama.ptrace_scope allows it) and fails if \
+another tracer (a debugger, strace) holds the process. Ctrl-C ends the trace early and reports what was recorded.
+
+Exit codes: 0 inspected (also when the process exited during --trace: the report says so); 2 bad command line; \
+3 no such process, or nothing listens on PORT; 5 cannot inspect or trace (no ptrace permission, already traced, \
+kernel too old); 6 the report could not be written to standard output.";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// A process id, or `:PORT` for the process listening on that TCP port.

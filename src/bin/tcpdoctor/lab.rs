@@ -8,6 +8,21 @@ use std::time::Duration;
 use tcpdoctor::measure::common::{parse_positive_duration, parse_run_length};
 use tcpdoctor::report;
 
+/// The notes and exit codes under `tcpdoctor lab --help` (and in the manual page).
+pub const AFTER_HELP: &str = "Servers: (a) nagle: keep-alive, header then body in two writes, Nagle on; (b) nodelay: \
+the same with TCP_NODELAY; (c) think: 45 ms think time, then one write; with --nginx, Debian's nginx with \
+tcp_nodelay off and on; nagle-tls and nodelay-tls: (a) and (b) over HTTPS (header and body as two TLS records), \
+with a certificate made at start for localhost, 127.0.0.1 and ::1, written to a new directory (printed; give it \
+to --cacert, or use -k) and removed when lab stops.
+
+--rtt D (root) runs them in a network namespace tcpdoctor-lab-PID at 198.18.x.2, reached from this host through \
+two TAP devices joined by a userspace bridge that delays every frame D/2 each way (at SCHED_FIFO priority); \
+--loss PCT drops that share of IP frames each way (seeded by --seed). The namespace is deleted when lab ends \
+(Ctrl-C, SIGTERM, --duration); one left by a killed run is deleted by the next lab --rtt.
+
+Exit codes: 0 stopped by Ctrl-C or --duration; 2 bad command line; 3 a server could not start (nginx missing, \
+no free port); 5 --rtt without root, or the namespace, TAPs or bridge could not be made.";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Also start Debian's nginx twice: tcp_nodelay off and on.

@@ -8,6 +8,14 @@ use tcpdoctor::measure::common::{parse_duration, parse_positive_duration};
 use tcpdoctor::measure::probe;
 use tcpdoctor::report;
 
+/// The notes and exit codes under `tcpdoctor probe --help` (and in the manual page).
+pub const AFTER_HELP: &str = "Needs CAP_NET_RAW (root) for raw SYNs; without it, or with --unprivileged, each probe \
+is a timed non-blocking connect() and tcpi_rtt is shown too (a note on stderr says so).
+
+Exit codes: 0 at least one probe answered (open or closed); 1 no TCP answer at all (filtered); 2 bad command \
+line; 3 HOST cannot be resolved (or has no address of the -4/-6 family); 5 cannot measure (a socket call failed: \
+no route, no permission); 6 the results could not be written to standard output.";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Host name or address.

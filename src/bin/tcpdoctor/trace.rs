@@ -8,6 +8,15 @@ use tcpdoctor::measure::common::parse_positive_duration;
 use tcpdoctor::measure::trace;
 use tcpdoctor::report;
 
+/// The notes and exit codes under `tcpdoctor trace --help` (and in the manual page).
+pub const AFTER_HELP: &str = "Needs CAP_NET_RAW (root) for raw SYNs and a raw ICMP socket; without it, or with \
+--unprivileged, each probe is a TTL-limited connect() whose ICMP error is read from the socket's error queue \
+(IP_RECVERR). Addresses are always numeric (-n is accepted for compatibility).
+
+Exit codes: 0 destination reached (open or closed); 1 not reached (max hops, or ICMP unreachable); 2 bad command \
+line; 3 HOST cannot be resolved; 5 cannot measure (a socket call failed); 6 the results could not be written to \
+standard output.";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Host name or address.

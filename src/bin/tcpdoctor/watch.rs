@@ -8,6 +8,18 @@ use tcpdoctor::capture::live::{LiveCapture, LiveOptions};
 use tcpdoctor::measure::common::{parse_positive_duration, parse_run_length};
 use tcpdoctor::output;
 
+/// The notes and exit codes under `tcpdoctor watch --help` (and in the manual page).
+pub const AFTER_HELP: &str = "Runs until Ctrl-C, SIGTERM or --duration, then prints a final summary and analyze's \
+verdict over the whole run. Findings: Nagle + delayed-ACK stalls, retransmission timeouts, SYN retransmissions, \
+zero windows; at most --max-lines lines per server endpoint, kind and role per summary interval (the rest are \
+counted in the summary). --metrics serves Prometheus (OpenMetrics) text at http://ADDR/metrics; only loopback \
+addresses unless --metrics-public. Needs CAP_NET_RAW (root, or `setcap cap_net_raw+ep` on the binary).
+
+Exit codes: 0 stopped (Ctrl-C, SIGTERM, --duration); 2 bad command line or filter, or a non-loopback --metrics \
+address without --metrics-public; 3 no such interface, or the --metrics address cannot be bound; 5 cannot capture \
+(no CAP_NET_RAW, interface down, a socket call failed); 6 standard output failed (without --metrics, watch \
+ends when nobody reads its lines; with it, it goes on).";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Interface to capture on; `any` for all of them.
