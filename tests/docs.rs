@@ -124,3 +124,19 @@ fn man_page_renders_without_warnings_and_covers_every_verb() {
     // A character outside ASCII reaches the reader as itself.
     assert!(text.contains("PORT+1, \u{2026}"), "the ellipsis did not survive");
 }
+
+/// Each verb's own description heads its help and stands beside it in the
+/// list (demo's once sat above `completions`, which then showed it instead).
+#[test]
+fn every_verb_has_its_own_description() {
+    let list = String::from_utf8(tcpdoctor_out(&["--help"]).stdout).unwrap();
+    for verb in ["analyze", "bench", "diagnose", "demo", "completions", "man", "nodelay", "watch"] {
+        let line =
+            list.lines().find(|l| l.trim_start().starts_with(&format!("{verb} "))).unwrap_or_else(|| panic!("{list}"));
+        assert!(line.split_whitespace().count() > 3, "{verb} has no description: {line:?}");
+    }
+    let completions = String::from_utf8(tcpdoctor_out(&["completions", "--help"]).stdout).unwrap();
+    assert!(completions.starts_with("Print a shell completion script"), "{completions}");
+    let demo = String::from_utf8(tcpdoctor_out(&["demo", "--help"]).stdout).unwrap();
+    assert!(demo.starts_with("The main job") && demo.contains("--offline analyses"), "{demo}");
+}

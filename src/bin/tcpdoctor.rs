@@ -79,6 +79,7 @@ enum Cmd {
     Watch(watch::Args),
     /// The main job on built-in lab servers: diagnose (a) Nagle, (b) TCP_NODELAY, (c) think time, (d) Nagle over HTTPS, then verify the fix.
     #[command(after_help = "--offline analyses the real nginx captures bundled in the binary instead (no traffic).")]
+    Demo(demo::Args),
     /// Print a shell completion script (bash, zsh or fish) to standard output.
     #[command(after_help = "Load it for this shell with `source <(tcpdoctor completions bash)`, or install it: \
 bash /usr/share/bash-completion/completions/tcpdoctor, zsh /usr/share/zsh/vendor-completions/_tcpdoctor, \
@@ -96,7 +97,6 @@ Install it as /usr/share/man/man1/tcpdoctor.1 (the .deb does).
 
 Exit codes: 0 written; 2 bad command line; 6 standard output failed.")]
     Man,
-    Demo(demo::Args),
 }
 
 fn main() -> ExitCode {
