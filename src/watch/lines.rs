@@ -1,7 +1,6 @@
 //! watch's JSON lines as types, so their schema is generated like the other
 //! verbs': a `finding` line per finding and a `summary` line per interval.
 
-use super::kind::Kind;
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -28,27 +27,9 @@ pub struct FindingLine {
     pub time: String,
     /// The same, seconds since the epoch.
     pub ts: f64,
-    /// What it is.
-    pub kind: Kind,
-    /// The connection's server endpoint.
-    pub server: String,
-    /// The connection's client endpoint.
-    pub client: String,
-    /// The side at fault: Nagle's, the re-sender's, the SYN's sender's, the one that closed its window.
-    pub role: &'static str,
-    /// Time it cost, in ms (the stall, the wait for the re-send, the connect, the closed window).
-    pub ms: f64,
-    /// Nagle only: how long the ACKing host delayed its ACK, ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ack_delay_ms: Option<f64>,
-    /// Nagle only: which ACK timer that delay looks like.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ack_timer: Option<String>,
-    /// The finding in words.
-    pub summary: String,
-    /// The process owning the server endpoint, as eBPF saw it (absent when unknown).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<super::owners::Owner>,
+    /// The finding itself.
+    #[serde(flatten)]
+    pub finding: super::sink::Finding,
 }
 
 /// The counts of an interval (or of the whole run, `final`).

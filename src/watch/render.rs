@@ -60,15 +60,7 @@ pub fn finding(f: &Finding, json: bool) -> String {
         kind_of_line: "finding",
         time: time(f.ts_ns),
         ts: f.ts_ns as f64 / 1e9,
-        kind: f.kind,
-        server: f.server.clone(),
-        client: f.client.clone(),
-        role: f.role,
-        ms: f.ms,
-        ack_delay_ms: f.ack_delay_ms,
-        ack_timer: f.ack_timer.clone(),
-        summary: f.summary.clone(),
-        owner: f.owner.clone(),
+        finding: f.clone(),
     });
     format!("{}\n", serde_json::to_string(&line).unwrap_or_default())
 }

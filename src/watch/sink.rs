@@ -28,7 +28,9 @@ use std::time::Duration;
 /// One finding, as it happens.
 #[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct Finding {
-    /// When the finding became certain (the held segment, the re-send, the answer…), ns since the epoch.
+    /// When the finding became certain (the held segment, the re-send, the answer…), ns since the epoch
+    /// (lines carry it as `time` and `ts`).
+    #[serde(skip)]
     pub ts_ns: i64,
     /// What it is.
     pub kind: Kind,

@@ -16,12 +16,13 @@ pub(super) fn upstream_finding(
 ) -> Option<UpstreamWaitFinding> {
     let up = w.upstream.filter(|_| w.holds())?;
     let wait = w.wait.spread();
+    let named = up.to_string();
     let cause = findings.iter().find_map(|f| match f {
-        Finding::NagleDelayedAck(n) if n.nagle_side.endpoint == up.to_string() => {
+        Finding::NagleDelayedAck(n) if n.nagle_side.endpoint == named => {
             Some(("Nagle + delayed ACK", n.fix.first().cloned()))
         }
-        Finding::Retransmission(r) if r.server == up.to_string() => Some(("loss", None)),
-        Finding::AppLatency(a) if a.server == up.to_string() => Some(("its own application time", None)),
+        Finding::Retransmission(r) if r.server == named => Some(("loss", None)),
+        Finding::AppLatency(a) if a.server == named => Some(("its own application time", None)),
         _ => None,
     });
     let why = match cause {
@@ -43,7 +44,7 @@ pub(super) fn upstream_finding(
             s.exchanges,
         ),
         server: server.to_string(),
-        upstream: up.to_string(),
+        upstream: named,
         exchanges: s.exchanges,
         slow_exchanges: s.slow,
         waits_judged: w.judged,

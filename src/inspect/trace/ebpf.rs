@@ -323,12 +323,7 @@ impl Decoder {
             xmits: Vec::new(),
         };
         for k in known {
-            let role = match k.role {
-                "listening" => Role::Listening,
-                "accepted" => Role::Accepted,
-                "outgoing" => Role::Outgoing,
-                _ => Role::Unknown,
-            };
+            let role = Role::from_name(k.role);
             d.by_inode.insert(k.inode, d.socks.len() as u32);
             d.socks.push(Sock {
                 pid: k.pid,

@@ -314,6 +314,16 @@ impl Role {
             Role::Unknown => "unknown",
         }
     }
+
+    /// From the name `inspect` gives a socket (the inverse of [`Role::name`]).
+    pub fn from_name(name: &str) -> Role {
+        match name {
+            "listening" => Role::Listening,
+            "accepted" => Role::Accepted,
+            "outgoing" => Role::Outgoing,
+            _ => Role::Unknown,
+        }
+    }
 }
 
 /// A TCP socket a recorded call was made on.

@@ -611,12 +611,7 @@ impl FdMap {
             notes: Vec::new(),
         };
         for k in known {
-            let role = match k.role {
-                "listening" => Role::Listening,
-                "accepted" => Role::Accepted,
-                "outgoing" => Role::Outgoing,
-                _ => Role::Unknown,
-            };
+            let role = Role::from_name(k.role);
             let s = m.add(k.pid, k.fd, k.inode, role, (k.nodelay, k.cork));
             let sock = &mut m.socks[s as usize];
             sock.port = k.local.parse::<std::net::SocketAddr>().ok().map(|a| a.port());
