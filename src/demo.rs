@@ -5,7 +5,7 @@
 use crate::analyze::{InputError, Options, analyze};
 use crate::capture::Capture;
 use crate::report::Report;
-use crate::report::text::dur;
+use crate::words::dur;
 
 /// Bundled captures: (title, file name, bytes).
 pub const CAPTURES: [(&str, &str, &[u8]); 2] = [

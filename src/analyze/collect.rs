@@ -358,7 +358,7 @@ impl Sink<ConnState> for Collector<'_> {
                 a.add_rtt(info.rtt_to, st.stalls[side.idx()]);
             }
         }
-        let dur = crate::report::text::dur;
+        let dur = crate::words::dur;
         for (rank, (stall, rows, times)) in std::mem::take(&mut st.stalled).into_iter().enumerate() {
             if !self.r.stalled.worth((rank, -stall)) {
                 break;

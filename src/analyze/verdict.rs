@@ -9,13 +9,13 @@ use path::network_finding;
 use upstream::{upstream_finding, upstream_ns};
 
 use super::agg::{CountAgg, FileResult, NagleAgg, ServerAgg};
-use crate::report::text::{dur, plural};
 use crate::report::{
     self, AppLatencyFinding, Breakdown, EndpointRole, Finding, HostRole, NagleFinding, Report, RetransFinding,
     SynFinding, ZeroWindowFinding,
 };
 use crate::tcp::{CapturePoint, Side};
 use crate::wire::Endpoint;
+use crate::words::{dur, plural};
 
 /// Builds the report from everything the files produced.
 pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
@@ -146,9 +146,9 @@ fn nagle_finding(
     let lossy = a.with_loss.spread();
     let (rtt_c, rtt_s) = (a.rtt_to(Side::Client), a.rtt_to(Side::Server));
     let what = if side == Side::Server { "responses" } else { "requests" };
-    let sw = software.as_deref().map(|s| format!(", \"{}\"", crate::report::escape::clean(s))).unwrap_or_default();
+    let sw = software.as_deref().map(|s| format!(", \"{}\"", crate::escape::clean(s))).unwrap_or_default();
     let sw = match &name {
-        Some(n) => format!(", TLS name {}{sw}", crate::report::escape::clean(n)),
+        Some(n) => format!(", TLS name {}{sw}", crate::escape::clean(n)),
         None => sw,
     };
     // A stall in a request whose response never came is not a finished exchange.

@@ -12,7 +12,8 @@
 pub use super::facts::{Facts, NoAnswer};
 use super::fix::{self, Software};
 use crate::report::Finding;
-use crate::report::diagnose::{CaptureStep, LoadStep, Verdict, ms};
+use crate::report::diagnose::{CaptureStep, LoadStep, Verdict};
+use crate::words::ms;
 
 /// A read gap this long inside one response is a held segment, not transfer.
 const GAP_MS: f64 = 25.0;
@@ -111,7 +112,7 @@ fn nagle(f: &Facts<'_>) -> Option<Verdict> {
         }
         if p.nodelay_setting == Some(false) {
             let src = p.setting_source.as_deref().map(|s| format!(", from {s}")).unwrap_or_default();
-            let name = crate::report::escape::clean(&p.software_name);
+            let name = crate::escape::clean(&p.software_name);
             evidence.push(format!("step 5: {name}'s own setting turns TCP_NODELAY off{src}"));
         }
         // The application's own calls: the stall's shape, seen from inside the

@@ -19,8 +19,9 @@ use crate::measure::probe;
 use crate::measure::tls::{Target, Trust};
 use crate::report::SCHEMA_VERSION;
 use crate::report::diagnose::{
-    CaptureStep, Comparison, DiagnoseReport, LoadStep, RttStep, ServerStep, Summary, ms, step_line,
+    CaptureStep, Comparison, DiagnoseReport, LoadStep, RttStep, ServerStep, Summary, step_line,
 };
+use crate::words::ms;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -140,11 +141,8 @@ pub fn run(
         say(&step_line(2, "Alone", &format!("no answer: {why}")));
         return Err(DiagnoseError::Certificate(format!("{}: {why}", o.url)));
     }
-    let header = alone
-        .server_header
-        .as_deref()
-        .map(|h| format!("; Server: {}", crate::report::escape::clean(h)))
-        .unwrap_or_default();
+    let header =
+        alone.server_header.as_deref().map(|h| format!("; Server: {}", crate::escape::clean(h))).unwrap_or_default();
     say(&step_line(
         2,
         "Alone",

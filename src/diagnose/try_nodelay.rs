@@ -4,10 +4,11 @@
 //! `--keep`: the fix proven on the running server, without a restart.
 
 use super::{Options, Progress, local, measured, timed_bench};
+use crate::escape::clean;
 use crate::nodelay;
-use crate::report::diagnose::{DiagnoseReport, LoadStep, ms};
-use crate::report::escape::clean;
-use crate::report::nodelay::{LoadSummary, TryNodelay, sockets};
+use crate::report::diagnose::{DiagnoseReport, LoadStep};
+use crate::report::nodelay::{LoadSummary, TryNodelay};
+use crate::words::{ms, sockets};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

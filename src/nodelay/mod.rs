@@ -104,7 +104,7 @@ impl fmt::Display for NodelayError {
                 f,
                 "pid {pid} ({}): no listening TCP socket{}: `nodelay` switches a server's listening sockets and the \
 connections accepted on them (`tcpdoctor inspect {pid}` lists its sockets)",
-                crate::report::escape::clean(&procfs::comm(*pid)),
+                crate::escape::clean(&procfs::comm(*pid)),
                 port.map(|p| format!(" on port {p}")).unwrap_or_default()
             ),
             NodelayError::NoState { pid, dir, stale } => write!(
@@ -124,7 +124,7 @@ restore removes it){}",
                 f,
                 "pid {pid}: already traced by pid {by} ({}); tcpdoctor changes no socket of a process another tracer \
 (a debugger, strace) holds: stop that one first",
-                crate::report::escape::clean(comm)
+                crate::escape::clean(comm)
             ),
             NodelayError::Unsupported { at, what } => write!(f, "{at}: {what}"),
             NodelayError::State(m) => f.write_str(m),

@@ -6,7 +6,8 @@ use super::sockets::Server;
 use super::state::{Dir, SavedSocket};
 use super::switch::change;
 use super::{NodelayError, pin, state_err, tracer};
-use crate::report::nodelay::{NodelayProcess, NodelayReport, sockets};
+use crate::report::nodelay::{NodelayProcess, NodelayReport};
+use crate::words::sockets;
 use std::collections::HashSet;
 
 /// Puts back what `switch` changed in process `pid` and removes its state.
@@ -137,7 +138,7 @@ socket (the process may have set the option on them itself, which cannot be told
     if let Some((by, comm)) = traced {
         n.push(format!(
             "the process is traced by pid {by} ({}): restored anyway, since this only puts back what tcpdoctor changed",
-            crate::report::escape::clean(&comm)
+            crate::escape::clean(&comm)
         ));
     }
     n

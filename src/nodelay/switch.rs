@@ -6,7 +6,8 @@ use super::sockets::{Found, Server};
 use super::state::{Dir, Saved, SavedSocket};
 use super::{NodelayError, pin, state_err, tracer};
 use crate::inspect::procfs;
-use crate::report::nodelay::{NodelayProcess, NodelayReport, SocketChange, sockets};
+use crate::report::nodelay::{NodelayProcess, NodelayReport, SocketChange};
+use crate::words::sockets;
 use std::collections::HashSet;
 use std::time::Duration;
 

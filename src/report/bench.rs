@@ -1,6 +1,7 @@
 //! `bench` results: the JSON type and wrk's text layout (so a reader of the
 //! seed write-ups can swap `wrk` for `tcpdoctor bench`), plus what wrk lacks.
 
+use crate::words::time_ms;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -206,19 +207,6 @@ impl Errors {
     /// All errors together.
     pub fn total(&self) -> u64 {
         self.connect + self.read + self.write + self.timeout + self.status + self.malformed
-    }
-}
-
-/// Time as wrk prints it: µs, ms or s with two decimals.
-pub fn time_ms(ms: f64) -> String {
-    if ms < 1.0 {
-        format!("{:.2}us", ms * 1e3)
-    } else if ms < 1e3 {
-        format!("{ms:.2}ms")
-    } else if ms < 60e3 {
-        format!("{:.2}s", ms / 1e3)
-    } else {
-        format!("{:.2}m", ms / 60e3)
     }
 }
 

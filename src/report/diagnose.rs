@@ -3,8 +3,8 @@
 //! and its text.
 
 pub use super::load::LoadStep;
-pub use super::units::ms;
 use super::{Breakdown, Finding};
+use crate::words::ms;
 use serde::Serialize;
 use std::fmt::Write;
 

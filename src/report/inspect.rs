@@ -1,7 +1,7 @@
 //! `inspect`'s JSON schema and its text.
 
-use super::escape::clean;
-use super::units::ms;
+use crate::escape::clean;
+use crate::words::ms;
 use serde::Serialize;
 use std::fmt::Write;
 

@@ -4,7 +4,6 @@
 
 pub mod bench;
 pub mod diagnose;
-pub mod escape;
 pub mod html;
 pub mod inspect;
 pub mod lab;
@@ -17,7 +16,6 @@ pub mod schema;
 pub mod style;
 pub(crate) mod text;
 pub mod trace;
-mod units;
 pub mod width;
 
 pub use crate::dist::Spread;

@@ -1,6 +1,7 @@
 //! `nodelay` results: what was switched or put back, socket by socket, and its text.
 
-use super::escape::clean;
+use crate::escape::clean;
+use crate::words::sockets;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -89,11 +90,6 @@ fn onoff(v: Option<bool>) -> &'static str {
         Some(false) => "off",
         None => "-",
     }
-}
-
-/// `1 socket`, `2 sockets`.
-pub fn sockets(n: usize) -> String {
-    format!("{n} socket{}", if n == 1 { "" } else { "s" })
 }
 
 /// Connections shown in the text; the JSON lists all.
@@ -259,7 +255,7 @@ impl LoadSummary {
 
 /// The experiment's block after its lines: notes, before/after, the proof.
 pub fn render_try(t: &TryNodelay) -> String {
-    use super::units::ms;
+    use crate::words::ms;
     let mut s = String::new();
     if t.not_run.is_some() {
         return s;

@@ -160,7 +160,7 @@ pub fn render_summary(r: &ProbeReport) -> String {
     let s = &r.summary;
     let mut o = String::new();
     let _ = writeln!(o, "\n--- {} tcpdoctor probe statistic ---", r.target);
-    let sent = super::text::plural(u64::from(s.sent), "probe");
+    let sent = crate::words::plural(u64::from(s.sent), "probe");
     let replies = if s.received == 1 { "1 reply".to_string() } else { format!("{} replies", s.received) };
     let _ = writeln!(o, "{sent} sent, {replies}, {:.0}% loss", s.loss_pct);
     match (s.min_ms, s.avg_ms, s.max_ms) {

@@ -2,28 +2,8 @@
 
 use super::style::{bad, good, head, warn};
 use super::{Finding, Report};
+use crate::words::{dur, plural};
 use std::fmt::Write;
-
-/// A duration for people: "44.1 ms", "812 µs", "19.5 s".
-pub fn dur(ns: i64) -> String {
-    let x = ns as f64;
-    if ns.abs() >= 10_000_000_000 {
-        format!("{:.1} s", x / 1e9)
-    } else if ns.abs() >= 1_000_000_000 {
-        format!("{:.2} s", x / 1e9)
-    } else if ns.abs() >= 10_000_000 {
-        format!("{:.1} ms", x / 1e6)
-    } else if ns.abs() >= 1_000_000 {
-        format!("{:.2} ms", x / 1e6)
-    } else {
-        format!("{:.0} µs", x / 1e3)
-    }
-}
-
-/// "1 connection", "3 connections".
-pub fn plural(n: u64, what: &str) -> String {
-    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
-}
 
 fn ms(x: f64) -> String {
     dur((x * 1e6).round() as i64)
@@ -208,7 +188,7 @@ pub fn render(r: &Report) -> String {
 /// A server endpoint with its TLS name, if any: "127.0.0.1:8443 tls.test".
 fn named(server: &str, name: Option<&str>) -> String {
     match name {
-        Some(n) => format!("{server} {}", super::escape::clean(n)),
+        Some(n) => format!("{server} {}", crate::escape::clean(n)),
         None => server.to_string(),
     }
 }

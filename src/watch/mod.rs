@@ -219,7 +219,7 @@ pub fn run(
     let halt = AtomicBool::new(false);
     let gone = std::cell::Cell::new(false);
     let mut say = |s: String| {
-        let s = if o.json { crate::report::escape::json(&s) } else { crate::report::escape::terminal(&s) };
+        let s = if o.json { crate::escape::json(&s) } else { crate::escape::terminal(&s) };
         if out.write_all(s.as_bytes()).and_then(|()| out.flush()).is_err() && metrics.is_none() {
             gone.set(true);
         }

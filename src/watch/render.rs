@@ -4,7 +4,7 @@
 use super::kind::Kind;
 use super::lines::{EndpointLine, FindingLine, Line, SummaryLine};
 use super::sink::{Finding, Row};
-use crate::report::text::dur;
+use crate::words::dur;
 use std::fmt::Write;
 
 /// The facts at the top of a summary.

@@ -2,9 +2,9 @@
 
 use super::{dur_ms, ms};
 use crate::analyze::agg::CountAgg;
-use crate::report::text::{dur, plural};
 use crate::report::{ExpectFinding, HostRole};
 use crate::wire::Endpoint;
+use crate::words::{dur, plural};
 use std::net::IpAddr;
 
 pub(super) fn expect_finding(client: IpAddr, server: Endpoint, a: &CountAgg) -> ExpectFinding {

@@ -105,10 +105,10 @@ pub fn run(a: Args) -> ExitCode {
             n => format!(" (+{} more warnings)", n - 1),
         };
         let first = r.warnings.first().map_or("part of the input was damaged", String::as_str);
-        eprintln!("tcpdoctor: warning: {}{more}", report::escape::terminal(first));
+        eprintln!("tcpdoctor: warning: {}{more}", tcpdoctor::escape::terminal(first));
     }
     if let Some(w) = r.warnings.iter().find(|w| w.contains(": interrupted (Ctrl-C)")) {
-        eprintln!("tcpdoctor: {}", report::escape::terminal(w));
+        eprintln!("tcpdoctor: {}", tcpdoctor::escape::terminal(w));
     }
     write_html(html, || report::html::analyze(&r), if partial { exit::PARTIAL } else { exit::OK })
 }

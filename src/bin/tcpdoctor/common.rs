@@ -40,7 +40,7 @@ pub mod exit {
 
 /// Text to standard output, control characters from elsewhere escaped.
 pub fn print(s: &str) {
-    let s = report::escape::terminal(s);
+    let s = tcpdoctor::escape::terminal(s);
     match report::width::stdout_width() {
         // A terminal: lines fit its width; pipes and files get them whole.
         Some(w) => output::print(&report::width::fit(&s, w)),
@@ -50,11 +50,11 @@ pub fn print(s: &str) {
 
 pub fn print_json<T: serde::Serialize>(v: &T) {
     let text = format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default());
-    output::print(&report::escape::json(&text));
+    output::print(&tcpdoctor::escape::json(&text));
 }
 
 pub fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("tcpdoctor: {}", report::escape::terminal(&msg.to_string()));
+    eprintln!("tcpdoctor: {}", tcpdoctor::escape::terminal(&msg.to_string()));
     ExitCode::from(code)
 }
 
@@ -247,7 +247,7 @@ pub fn measure_failed(e: MeasureError) -> ExitCode {
 /// The start of a probe or trace: notes to stderr, the header line unless JSON.
 pub fn start_measure(notes: &[String], json: bool, header: impl FnOnce() -> String) {
     for n in notes {
-        eprintln!("tcpdoctor: note: {}", report::escape::terminal(n));
+        eprintln!("tcpdoctor: note: {}", tcpdoctor::escape::terminal(n));
     }
     if !json {
         print(&header());

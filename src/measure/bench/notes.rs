@@ -69,7 +69,7 @@ retried after its {what} timer). Look for a full accept queue or packet loss on 
     if s.requests == 0 && s.errors.timeout > 0 {
         out.push(format!(
             "The server accepted connections but never answered within {}: {} timeouts.",
-            crate::report::bench::time_ms(cfg.timeout.as_secs_f64() * 1e3),
+            crate::words::time_ms(cfg.timeout.as_secs_f64() * 1e3),
             s.errors.timeout
         ));
     }

@@ -1,8 +1,8 @@
 //! Charts as SVG: a latency histogram on a log time axis, latency over time,
 //! and where an exchange's time goes as one stacked bar.
 
-use crate::report::text::dur;
 use crate::report::{ExchangeTimes, Histogram};
+use crate::words::dur;
 use maud::{Markup, html};
 
 const W: f64 = 820.0;

@@ -1,9 +1,9 @@
 //! A ladder (flow graph) as SVG: client left, server right, time flowing
 //! down to scale, with a break marker where the line would be long and idle.
 
-use crate::report::text::dur;
 use crate::report::{Ladder, Mark, Row};
 use crate::tcp::Side;
+use crate::words::dur;
 use maud::{Markup, html};
 
 const WIDTH: f64 = 820.0;

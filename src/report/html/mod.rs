@@ -9,8 +9,8 @@ mod try_nodelay;
 
 use super::bench::BenchReport;
 use super::diagnose::{Comparison, DiagnoseReport, LoadStep};
-use super::text::dur;
 use super::{Breakdown, Connection, ExchangeTimes, Finding, Ladder, Report};
+use crate::words::dur;
 use chart::Series;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 

@@ -8,6 +8,9 @@
 //! [`terminal`] over every text output as a backstop (only this program's own
 //! colour sequences pass), and [`json`] over JSON output (serde_json already
 //! escapes C0; C1 and bidi controls are escaped too, which keeps it valid JSON).
+//! Producers use [`clean`] for the sentences they put in records, renderers
+//! for their tables, whoever writes output the other two: one definition of a
+//! control character for all of them, so none of them owns it.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -47,7 +50,7 @@ pub fn clean(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// The colour sequences [`super::style`] writes; nothing else may reach a terminal raw.
+/// The colour sequences [`crate::report::style`] writes; nothing else may reach a terminal raw.
 const OWN_SGR: [&str; 5] = ["\x1b[0m", "\x1b[1m", "\x1b[33m", "\x1b[1;31m", "\x1b[1;32m"];
 
 /// Text output as a terminal may see it: newlines and tabs kept, this
