@@ -4,7 +4,9 @@
 
 use crate::analyze::{InputError, Options, analyze};
 use crate::capture::Capture;
-use crate::report::Report;
+use crate::record::Report;
+use crate::record::demo::{Case, LiveDemo};
+use crate::record::diagnose::DiagnoseReport;
 use crate::words::dur;
 
 /// Bundled captures: (title, file name, bytes).
@@ -46,38 +48,19 @@ pub fn run() -> Result<Vec<(&'static str, Report)>, InputError> {
         .collect()
 }
 
-/// One lab server diagnosed by the live demo.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
-pub struct Case {
-    /// `(a)`, `(b)`, `(c)`, `(d)`.
-    pub label: &'static str,
-    /// What the server does.
-    pub server: String,
-    /// What tcpdoctor found.
-    pub diagnosis: crate::report::diagnose::DiagnoseReport,
-}
-
-/// The live demo's whole record.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
-pub struct LiveDemo {
-    /// Schema version.
-    pub schema: u32,
-    /// The lab servers, diagnosed: (a)-(c) over HTTP, (d) the Nagle one over HTTPS.
-    pub cases: Vec<Case>,
-    /// Server (a) diagnosed again after switching it to TCP_NODELAY.
-    pub after_fix: crate::report::diagnose::DiagnoseReport,
-    /// Server (a) before and after.
-    pub fix: crate::report::diagnose::Comparison,
-}
-
 /// Starts the lab servers in this process, diagnoses each, then switches the
 /// Nagle server to TCP_NODELAY and diagnoses it again: the fix, verified.
 /// (d) is (a) over HTTPS, its certificate made now and trusted in-process.
-pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<LiveDemo, String> {
+/// `say` gets the progress lines, `verdict` each diagnosis as it is made.
+pub fn live(
+    o: &crate::diagnose::Options,
+    say: &mut dyn FnMut(&str),
+    verdict: &mut dyn FnMut(&DiagnoseReport),
+) -> Result<LiveDemo, String> {
     use crate::diagnose;
     use crate::lab::{Mode, Server, tls::Cert};
     use crate::measure::tls::Trust;
-    use crate::report::diagnose::{Comparison, Summary, render_verdict};
+    use crate::record::diagnose::{Comparison, Summary};
     let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let cannot = |e| format!("cannot start a lab server on 127.0.0.1: {e}");
     let start = |m| Server::start(m, bind).map_err(cannot);
@@ -94,7 +77,7 @@ pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<L
         let trust = Trust::Roots(vec![cert.der()]);
         let d = diagnose::run(&diagnose::Options { url: s.url(), trust, ..o.clone() }, say, &mut |_| {})
             .map_err(|e| e.to_string())?;
-        say(&render_verdict(&d));
+        verdict(&d);
         say("\n");
         cases.push(Case { label, server: s.describe(), diagnosis: d });
         if crate::interrupt::requested() {
@@ -106,8 +89,7 @@ pub fn live(o: &crate::diagnose::Options, say: &mut dyn FnMut(&str)) -> Result<L
     say(&format!("== (a) again, after switching it to TCP_NODELAY (the fix): {}\n", a.url()));
     let after =
         diagnose::run(&diagnose::Options { url: a.url(), ..o.clone() }, say, &mut |_| {}).map_err(|e| e.to_string())?;
-    say(&render_verdict(&after));
+    verdict(&after);
     let fix = Comparison::new(Summary::of(&cases[0].diagnosis), Summary::of(&after));
-    say(&crate::report::diagnose::render_comparison(&fix));
-    Ok(LiveDemo { schema: crate::report::SCHEMA_VERSION, cases, after_fix: after, fix })
+    Ok(LiveDemo { schema: crate::record::SCHEMA_VERSION, cases, after_fix: after, fix })
 }

@@ -28,6 +28,7 @@ pub mod lab;
 pub mod measure;
 pub mod nodelay;
 pub mod output;
+pub mod record;
 pub mod report;
 pub mod tcp;
 pub mod watch;

@@ -22,6 +22,11 @@ pub fn plural(n: u64, what: &str) -> String {
     if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
 }
 
+/// The plural ending for `n` things: none for one, `s` otherwise.
+pub fn plural_s(n: u32) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
 /// Latency in the unit that reads best.
 pub fn ms(v: f64) -> String {
     if v < 1.0 {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::process::Command;
 use tcpdoctor::analyze::{Options, analyze};
 use tcpdoctor::capture::Capture;
-use tcpdoctor::report::{Finding, Report, RowKind};
+use tcpdoctor::record::{Finding, Report, RowKind};
 use tcpdoctor::tcp::Side;
 
 use common::{data, kinds, nagle, run};

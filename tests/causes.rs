@@ -9,7 +9,7 @@ use common::{Proc, data, kinds, nagle, require, require_root, run, run_bounded};
 use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;
-use tcpdoctor::report::{Finding, Report};
+use tcpdoctor::record::{Finding, Report};
 
 fn retransmissions(r: &Report) -> u64 {
     r.findings

@@ -77,7 +77,7 @@ fn probe_raw_loopback_open_and_closed() {
     );
     assert_eq!(code, 0, "{err}");
     let v = json(&out);
-    assert_eq!(v["schema"], tcpdoctor::report::SCHEMA_VERSION);
+    assert_eq!(v["schema"], tcpdoctor::record::SCHEMA_VERSION);
     assert_eq!(v["method"], "raw_syn");
     assert_eq!(v["port"].as_u64(), Some(port.parse().unwrap()));
     assert_eq!(probes(&v).len(), 3);
@@ -353,7 +353,7 @@ fn trace_through_two_routers() {
     assert_eq!(code, 0, "{err}");
     let v = json(&out);
     assert_eq!(v["method"], "raw_syn");
-    assert_eq!(v["schema"], tcpdoctor::report::SCHEMA_VERSION);
+    assert_eq!(v["schema"], tcpdoctor::record::SCHEMA_VERSION);
     assert_path(&v, "closed", false);
 
     // The text form, traceroute-like.

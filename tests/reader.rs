@@ -436,7 +436,7 @@ fn aggregates_are_kept_for_a_bounded_number_of_servers() {
     let r = tcpdoctor::analyze::analyze(&caps, &opts).unwrap();
     assert_eq!(r.inputs[0].connections, 600);
     assert_eq!(r.breakdown.len(), 512);
-    assert_eq!(r.findings.iter().filter(|f| matches!(f, tcpdoctor::report::Finding::NagleDelayedAck(_))).count(), 512);
+    assert_eq!(r.findings.iter().filter(|f| matches!(f, tcpdoctor::record::Finding::NagleDelayedAck(_))).count(), 512);
     let w = r.warnings.iter().find(|w| w.contains("more than 512 server endpoints")).expect("a warning");
     // 88 connections' exchanges and stalls (40 and 39 each) were dropped.
     assert!(w.contains(&format!(" {} observations ", 88 * (40 + 39))), "{w}");

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{kinds, nagle, run};
-use tcpdoctor::report::{Connection, Finding, NagleFinding, Report};
+use tcpdoctor::record::{Connection, Finding, NagleFinding, Report};
 
 fn rtt(name: &str) -> Report {
     run(&format!("rtt/{name}.pcap"))

@@ -26,7 +26,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 use tcpdoctor::analyze::{Options, analyze};
 use tcpdoctor::capture::{Capture, LinkType, Packets};
-use tcpdoctor::report::{Finding, Report};
+use tcpdoctor::record::{Finding, Report};
 use tcpdoctor::wire;
 
 // ---------------------------------------------------------------------------

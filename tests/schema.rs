@@ -47,14 +47,14 @@ fn json(args: &[&str], ok: &[i32]) -> Value {
 
 #[test]
 fn committed_schemas_equal_the_types() {
-    let generated = tcpdoctor::report::schema::all();
+    let generated = tcpdoctor::record::schema::all();
     let write = std::env::var("TCPDOCTOR_WRITE_SCHEMAS").is_ok_and(|v| v == "1");
     if write {
         std::fs::create_dir_all(schema_dir()).unwrap();
     }
     for (stem, v) in &generated {
         let path = schema_dir().join(format!("{stem}.json"));
-        let text = tcpdoctor::report::schema::text(v);
+        let text = tcpdoctor::record::schema::text(v);
         if write {
             std::fs::write(&path, &text).unwrap();
         }
@@ -224,7 +224,7 @@ fn every_duration_field_says_its_unit() {
     let unit_words =
         ["ms", " s", "µs", "ns", "%", "/s", "count", "share", "bytes", "0–1", "number", "version", "seconds", "ratio"];
     let mut bare = Vec::new();
-    for (stem, s) in tcpdoctor::report::schema::all() {
+    for (stem, s) in tcpdoctor::record::schema::all() {
         let mut objects: Vec<(String, &Value)> = vec![(stem.to_string(), &s)];
         if let Some(defs) = s["$defs"].as_object() {
             objects.extend(defs.iter().map(|(k, v)| (format!("{stem}/{k}"), v)));

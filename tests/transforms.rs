@@ -7,7 +7,7 @@ mod common;
 use common::{data, nagle};
 use tcpdoctor::analyze::{Options, analyze};
 use tcpdoctor::capture::Capture;
-use tcpdoctor::report::Report;
+use tcpdoctor::record::Report;
 
 /// A little-endian µs pcap of Ethernet frames, split into records.
 struct Pcap {

@@ -6,7 +6,7 @@ use super::upstream::{UpstreamWait, Windows};
 use crate::detect::tls::TlsHold;
 use crate::detect::{Exchange, Stall, Times};
 use crate::dist::Dist;
-use crate::report::{self, Ladder};
+use crate::record::{self, Ladder};
 use crate::tcp::Side;
 use crate::wire::Endpoint;
 use rustc_hash::FxHashMap;
@@ -166,7 +166,7 @@ pub(crate) struct CountAgg {
 /// One file's results, before merging.
 #[derive(Default)]
 pub(crate) struct FileResult {
-    pub(crate) input: report::Input,
+    pub(crate) input: record::Input,
     pub(crate) nagle: FxHashMap<Endpoint, NagleAgg>,
     pub(crate) servers: FxHashMap<Endpoint, ServerAgg>,
     pub(crate) retrans: FxHashMap<(Endpoint, Side), CountAgg>,
@@ -176,7 +176,7 @@ pub(crate) struct FileResult {
     pub(crate) expect: FxHashMap<(IpAddr, Endpoint), CountAgg>,
     /// Servers whose slow answers waited for another server's exchanges (a proxy and its upstream).
     pub(crate) upstream: FxHashMap<Endpoint, UpstreamWait>,
-    pub(crate) conns: Vec<report::Connection>,
+    pub(crate) conns: Vec<record::Connection>,
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
     /// Connections whose roles were swapped by later evidence after something
@@ -362,7 +362,7 @@ impl FileResult {
     }
 
     /// Adds another file's results (its input summary goes to `inputs`).
-    pub(crate) fn merge(&mut self, f: FileResult, inputs: &mut Vec<report::Input>) {
+    pub(crate) fn merge(&mut self, f: FileResult, inputs: &mut Vec<record::Input>) {
         inputs.push(f.input);
         merge_map(&mut self.nagle, f.nagle, |a, b| {
             a.votes = [a.votes[0] + b.votes[0], a.votes[1] + b.votes[1]];

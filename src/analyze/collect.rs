@@ -4,7 +4,7 @@
 use super::Options;
 use super::agg::{FileResult, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg, bounded_entry};
 use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
-use crate::report::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
+use crate::record::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
 use crate::tcp::table::Totals;
 use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, RolesDoubt, Side, Sink};
 use crate::wire::{Endpoint, Segment};
@@ -223,14 +223,14 @@ impl<'o> Collector<'o> {
 
 fn exchange_times(t: &Times) -> ExchangeTimes {
     ExchangeTimes {
-        total_ms: report::ms(t.total),
-        network_ms: report::ms(t.network),
-        think_ms: report::ms(t.think),
+        total_ms: record::ms(t.total),
+        network_ms: record::ms(t.network),
+        think_ms: record::ms(t.think),
         upstream_ms: 0.0,
-        client_wait_ms: report::ms(t.client),
-        transfer_ms: report::ms(t.transfer),
-        stall_ms: report::ms(t.stall),
-        loss_ms: report::ms(t.loss),
+        client_wait_ms: record::ms(t.client),
+        transfer_ms: record::ms(t.transfer),
+        stall_ms: record::ms(t.stall),
+        loss_ms: record::ms(t.loss),
     }
 }
 
@@ -382,11 +382,11 @@ impl Sink<ConnState> for Collector<'_> {
             self.r.flow = Some(l);
         }
         let rtt = match (info.rtt_to[0], info.rtt_to[1]) {
-            (Some(a), Some(b)) => Some(report::ms(a + b)),
+            (Some(a), Some(b)) => Some(record::ms(a + b)),
             _ => None,
         };
-        let [rtt_to_client_ms, rtt_to_server_ms] = info.rtt_to.map(|r| r.map(report::ms));
-        self.r.conns.push(report::Connection {
+        let [rtt_to_client_ms, rtt_to_server_ms] = info.rtt_to.map(|r| r.map(record::ms));
+        self.r.conns.push(record::Connection {
             id,
             client: info.client.to_string(),
             server: info.server.to_string(),
@@ -398,13 +398,13 @@ impl Sink<ConnState> for Collector<'_> {
             exchanges: st.exchanges,
             stalls: st.stalls[0] + st.stalls[1],
             retransmissions: st.retrans,
-            time_lost_ms: report::ms(st.lost_ns),
+            time_lost_ms: record::ms(st.lost_ns),
             rtt_ms: rtt,
             capture_point: info.capture_point().name(),
             rtt_to_client_ms,
             rtt_to_server_ms,
             first_frame: totals.first_frame,
-            duration_ms: report::ms(totals.last_ts - totals.first_ts),
+            duration_ms: record::ms(totals.last_ts - totals.first_ts),
         });
         if self.r.conns.len() >= CONN_ROWS_MAX {
             sort_conns(&mut self.r.conns);
@@ -423,6 +423,6 @@ fn confirm_tickets(st: &mut Acc, [a, b]: [u64; 2]) {
     }
 }
 
-fn sort_conns(v: &mut [report::Connection]) {
+fn sort_conns(v: &mut [record::Connection]) {
     v.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(a.first_frame.cmp(&b.first_frame)));
 }

@@ -13,7 +13,7 @@ pub use limits::{RTO_NS, SLOW_THINK_NS};
 
 use crate::capture::{Capture, Format, LinkType};
 use crate::filter::Filter;
-use crate::report::{self, Report};
+use crate::record::{self, Report};
 use crate::tcp::Tracker;
 use crate::wire;
 use collect::Collector;
@@ -170,7 +170,7 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
     if n == 0 && damage.is_some() {
         return Err(err(packets.damage().map(|d| d.to_string()).unwrap_or_default()));
     }
-    r.input = report::Input {
+    r.input = record::Input {
         file: cap.name.clone(),
         format: format.into(),
         packets: n,
@@ -179,7 +179,7 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
         malformed_packets: bad,
         connections: r.conns.len() as u64 + r.conns_omitted,
         start_s: first_ts.unwrap_or(0) as f64 / 1e9,
-        duration_ms: report::ms(last_ts - first_ts.unwrap_or(last_ts)),
+        duration_ms: record::ms(last_ts - first_ts.unwrap_or(last_ts)),
         damage,
         skipped_blocks: skipped.map_or(0, |s| s.0),
         interrupted: packets.stopped(),

@@ -9,7 +9,7 @@ use path::network_finding;
 use upstream::{upstream_finding, upstream_ns};
 
 use super::agg::{CountAgg, FileResult, NagleAgg, ServerAgg};
-use crate::report::{
+use crate::record::{
     self, AppLatencyFinding, Breakdown, EndpointRole, Finding, HostRole, NagleFinding, Report, RetransFinding,
     SynFinding, ZeroWindowFinding,
 };
@@ -18,7 +18,7 @@ use crate::wire::Endpoint;
 use crate::words::{dur, plural};
 
 /// Builds the report from everything the files produced.
-pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
+pub(crate) fn build(mut m: FileResult, inputs: Vec<record::Input>) -> Report {
     let mut findings = Vec::new();
     let mut nagle: Vec<_> = m.nagle.iter().collect();
     nagle.sort_by_key(|(e, _)| **e);
@@ -91,7 +91,7 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
     let slowest_exchanges = std::mem::take(&mut m.slowest).into_ladders();
     let ladder = m.flow.take().or(stalled_exchanges.first().cloned());
     Report {
-        schema: report::SCHEMA_VERSION,
+        schema: record::SCHEMA_VERSION,
         version: env!("CARGO_PKG_VERSION"),
         inputs,
         findings,
@@ -106,7 +106,7 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<report::Input>) -> Report {
 }
 
 fn ms(ns: i64) -> f64 {
-    report::ms(ns)
+    record::ms(ns)
 }
 
 /// Names the ACK timer a delay (ms) looks like.
@@ -372,7 +372,7 @@ fn breakdown_of(server: Endpoint, s: &ServerAgg, upstream_ns: i64) -> Breakdown 
         transfer_ms: ms(s.sum_transfer / n),
         stall_ms: ms(s.sum_stall / n),
         loss_ms: ms(s.sum_loss / n),
-        latency_histogram: report::Histogram::from(&s.total),
+        latency_histogram: record::Histogram::from(&s.total),
     }
 }
 

@@ -8,8 +8,8 @@ use super::facts::NoAnswer;
 use crate::dist::Dist;
 use crate::measure::bench::http::{Fed, Reader, Request};
 use crate::measure::tls::{self, Negotiated, Target};
-use crate::report::bench::TlsReport;
-use crate::report::diagnose::LoadStep;
+use crate::record::bench::TlsReport;
+use crate::record::diagnose::LoadStep;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -141,7 +141,7 @@ pub fn run(
     out.step.latency = crate::measure::bench::distribution(&lat);
     out.step.time_to_first_byte = crate::measure::bench::distribution(&ttfb);
     out.step.max_read_gap = crate::measure::bench::distribution(&gap);
-    out.step.latency_histogram = crate::report::Histogram::from(&lat);
+    out.step.latency_histogram = crate::record::Histogram::from(&lat);
     out.step.errors = errors;
     out.step.tls = tls.map(|t| {
         let n: Negotiated = negotiated.unwrap_or_default();

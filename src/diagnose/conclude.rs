@@ -11,8 +11,8 @@
 
 pub use super::facts::{Facts, NoAnswer};
 use super::fix::{self, Software};
-use crate::report::Finding;
-use crate::report::diagnose::{CaptureStep, LoadStep, Verdict};
+use crate::record::Finding;
+use crate::record::diagnose::{CaptureStep, LoadStep, Verdict};
 use crate::words::ms;
 
 /// A read gap this long inside one response is a held segment, not transfer.
@@ -26,7 +26,7 @@ pub fn needs_experiment(alone: &LoadStep, load: &LoadStep) -> bool {
     load.requests > 0 && load.latency.p90 - alone.latency.p50 > EXCESS_MS
 }
 
-fn nagle_capture(c: Option<&CaptureStep>) -> Option<&crate::report::NagleFinding> {
+fn nagle_capture(c: Option<&CaptureStep>) -> Option<&crate::record::NagleFinding> {
     c?.findings.iter().find_map(|f| match f {
         Finding::NagleDelayedAck(n) if n.nagle_side.role == "server" => Some(n),
         _ => None,
@@ -355,8 +355,8 @@ fn round(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::bench::Distribution;
-    use crate::report::diagnose::{RttStep, ServerStep};
+    use crate::record::bench::Distribution;
+    use crate::record::diagnose::{RttStep, ServerStep};
 
     fn step(p50: f64, ttfb: f64, gap: f64, quickack: bool) -> LoadStep {
         let d = |v: f64| Distribution { count: 100, p50: v, p75: v, p90: v, p99: v, max: v, ..Default::default() };
@@ -401,7 +401,7 @@ mod tests {
         assert!(v.fix[1].contains("ssl_buffer_size"), "{:#?}", v.fix);
     }
 
-    fn server(trace: Option<crate::report::inspect::Trace>) -> ServerStep {
+    fn server(trace: Option<crate::record::inspect::Trace>) -> ServerStep {
         ServerStep {
             pid: 7,
             name: "nginx".into(),
@@ -418,7 +418,7 @@ mod tests {
 
     #[test]
     fn a_traced_write_write_read_is_evidence_and_raises_confidence() {
-        use crate::report::inspect::{Trace, TraceExample, TraceHold, TraceLine};
+        use crate::record::inspect::{Trace, TraceExample, TraceHold, TraceLine};
         let (r, alone, load, qa) =
             (rtt(0.02), step(0.15, 0.14, 0.0, false), step(43.9, 0.1, 43.7, false), step(0.2, 0.1, 0.0, true));
         let line = |call: &'static str, kind: &'static str, fd: Option<i32>, ret: i64| TraceLine {
@@ -553,7 +553,7 @@ mod tests {
     }
 
     fn capture_with_loss(lost_ms: f64) -> CaptureStep {
-        let f = crate::report::RetransFinding {
+        let f = crate::record::RetransFinding {
             summary: "Retransmission: 3 segments re-sent".into(),
             server: "s".into(),
             sender: "server",

@@ -2,7 +2,7 @@
 //! connections got no answer when they did not.
 
 use super::fix::Software;
-use crate::report::diagnose::{CaptureStep, LoadStep, RttStep, ServerStep};
+use crate::record::diagnose::{CaptureStep, LoadStep, RttStep, ServerStep};
 
 /// Why requests on fresh connections got no complete response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,10 +17,8 @@ pub mod try_nodelay;
 use crate::measure::bench::{self, http::Request};
 use crate::measure::probe;
 use crate::measure::tls::{Target, Trust};
-use crate::report::SCHEMA_VERSION;
-use crate::report::diagnose::{
-    CaptureStep, Comparison, DiagnoseReport, LoadStep, RttStep, ServerStep, Summary, step_line,
-};
+use crate::record::SCHEMA_VERSION;
+use crate::record::diagnose::{CaptureStep, Comparison, DiagnoseReport, LoadStep, RttStep, ServerStep, Summary};
 use crate::words::ms;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -110,6 +108,11 @@ impl std::fmt::Display for DiagnoseError {
 }
 
 impl std::error::Error for DiagnoseError {}
+
+/// A step's one-line finding, for printing as the run goes.
+fn step_line(n: usize, title: &str, text: &str) -> String {
+    format!("[{n}/6] {title:<15} {text}\n")
+}
 
 /// Runs the method against one URL. `say` gets each step's line as soon as
 /// the step ends; `progress` hears how the timed (load) steps go.
@@ -217,19 +220,21 @@ pub fn run(
     Ok(report)
 }
 
-/// Diagnoses `o.url` (before), then `after_url`, and compares them.
+/// Diagnoses `o.url` (before), then `after_url`, and compares them;
+/// `verdict` gets each diagnosis as it is made, for the caller to show.
 pub fn verify(
     o: &Options,
     after_url: &str,
     say: &mut dyn FnMut(&str),
+    verdict: &mut dyn FnMut(&DiagnoseReport),
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(DiagnoseReport, DiagnoseReport, Comparison), DiagnoseError> {
     say(&format!("== before: {}\n", o.url));
     let before = run(o, say, progress)?;
-    say(&crate::report::diagnose::render_verdict(&before));
+    verdict(&before);
     say(&format!("\n== after: {after_url}\n"));
     let after = run(&Options { url: after_url.to_string(), ..o.clone() }, say, progress)?;
-    say(&crate::report::diagnose::render_verdict(&after));
+    verdict(&after);
     let c = Comparison::new(Summary::of(&before), Summary::of(&after));
     Ok((before, after, c))
 }
@@ -296,7 +301,7 @@ fn timed_bench(
     duration: Duration,
     quickack: bool,
     progress: &mut dyn FnMut(Progress),
-) -> Result<crate::report::bench::BenchReport, bench::BenchError> {
+) -> Result<crate::record::bench::BenchReport, bench::BenchError> {
     progress(Progress::Start(what, duration));
     let r = bench::run(&bench_opts(o, duration, quickack), &mut |t, n| progress(Progress::Tick(t, n)));
     progress(Progress::End);
@@ -317,7 +322,7 @@ fn bench_opts(o: &Options, duration: Duration, quickack: bool) -> bench::Options
 }
 
 /// `; TLSv1.3 TLS13_AES_256_GCM_SHA384, handshake 1.2 ms (3 of 10 resumed)`.
-fn tls_words(t: &crate::report::bench::TlsReport) -> String {
+fn tls_words(t: &crate::record::bench::TlsReport) -> String {
     format!(
         "; {} {}, handshake {} ({} of {} resumed)",
         t.version,
@@ -383,8 +388,8 @@ fn load_step(
 
 /// A timed step's report when it measured something; else why not, in words.
 fn measured(
-    r: Result<crate::report::bench::BenchReport, bench::BenchError>,
-) -> Result<crate::report::bench::BenchReport, bench::BenchError> {
+    r: Result<crate::record::bench::BenchReport, bench::BenchError>,
+) -> Result<crate::record::bench::BenchReport, bench::BenchError> {
     let r = r?;
     if r.requests > 0 {
         return Ok(r);

@@ -5,7 +5,7 @@
 //! wrong way.
 
 use super::facts::{Facts, NoAnswer};
-use crate::report::diagnose::Verdict;
+use crate::record::diagnose::Verdict;
 
 /// The verdict when neither step 2 run got a complete response.
 pub fn verdict(f: &Facts<'_>) -> Verdict {
@@ -71,7 +71,7 @@ pub fn verdict(f: &Facts<'_>) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::diagnose::RttStep;
+    use crate::record::diagnose::RttStep;
 
     fn probes(open: u32, closed: u32) -> RttStep {
         RttStep { method: "raw_syn", sent: 5, received: open + closed, open, closed, min_ms: None, avg_ms: None }

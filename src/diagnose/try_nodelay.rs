@@ -6,8 +6,8 @@
 use super::{Options, Progress, local, measured, timed_bench};
 use crate::escape::clean;
 use crate::nodelay;
-use crate::report::diagnose::{DiagnoseReport, LoadStep};
-use crate::report::nodelay::{LoadSummary, TryNodelay};
+use crate::record::diagnose::{DiagnoseReport, LoadStep};
+use crate::record::nodelay::{LoadSummary, TryNodelay};
 use crate::words::{ms, sockets};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,7 +42,8 @@ fn cannot(r: &DiagnoseReport) -> Option<String> {
     None
 }
 
-/// Runs the experiment for diagnosis `r`; `say` gets its lines as they happen.
+/// Runs the experiment for diagnosis `r`; `say` gets its lines as they
+/// happen (the caller prints the section's heading).
 pub fn run(
     o: &Options,
     r: &DiagnoseReport,
@@ -52,7 +53,6 @@ pub fn run(
 ) -> TryNodelay {
     let addr: Option<SocketAddr> = r.address.parse().ok();
     let mut t = TryNodelay { port: addr.map_or(0, |a| a.port()), kept: keep, ..TryNodelay::default() };
-    say(&format!("\n{}\n", crate::report::style::head("TCP_NODELAY SET LIVE (--try-nodelay)")));
     if let Some(why) = cannot(r) {
         return not_run_said(t, say, why);
     }
@@ -150,10 +150,10 @@ still had Nagle)",
             ),
         );
     }
-    let stalls = |c: &crate::report::diagnose::CaptureStep| {
+    let stalls = |c: &crate::record::diagnose::CaptureStep| {
         c.findings
             .iter()
-            .map(|f| if let crate::report::Finding::NagleDelayedAck(n) = f { n.stalls } else { 0 })
+            .map(|f| if let crate::record::Finding::NagleDelayedAck(n) = f { n.stalls } else { 0 })
             .sum::<u64>()
     };
     let before = LoadSummary::of(load, r.capture.as_ref().map(stalls));
@@ -189,7 +189,7 @@ fn proof(pid: u32, name: &str, b: &LoadSummary, a: &LoadSummary, t: &TryNodelay)
 }
 
 /// What the restore did, in a few words.
-fn restore_words(r: &crate::report::nodelay::NodelayReport) -> String {
+fn restore_words(r: &crate::record::nodelay::NodelayReport) -> String {
     let mut w = vec![format!("{} put back to TCP_NODELAY off", sockets(r.count("restored")))];
     if r.count("closed") > 0 {
         w.push(format!("{} closed since (the load's connections)", r.count("closed")));
@@ -213,7 +213,7 @@ fn watch_connections(
     connections: usize,
     limit: Duration,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<(Vec<crate::report::nodelay::SocketChange>, Duration, Option<String>)> {
+) -> std::thread::JoinHandle<(Vec<crate::record::nodelay::SocketChange>, Duration, Option<String>)> {
     std::thread::spawn(move || {
         let start = Instant::now();
         let until = start + limit.min(WATCH_FOR);

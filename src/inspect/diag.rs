@@ -1,7 +1,7 @@
 //! `tcp_info` of sockets by inode, from a NETLINK_SOCK_DIAG dump (what `ss -ti`
 //! reads). Needs no permission over the process, only the same network namespace.
 
-use crate::report::inspect::TcpInfo;
+use crate::record::inspect::TcpInfo;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

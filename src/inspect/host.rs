@@ -3,7 +3,7 @@
 //! `quickack`/`rto_min` metrics of the routes to the peers.
 
 use super::bounded::run_bounded;
-use crate::report::inspect::{Counter, Route};
+use crate::record::inspect::{Counter, Route};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;

@@ -23,7 +23,7 @@ mod trace;
 pub use trace::MAX_DURATION as MAX_TRACE;
 pub use trace::Method as TraceMethod;
 
-use crate::report::inspect::{Host, InspectReport, Process, Socket, Software, Summary};
+use crate::record::inspect::{Host, InspectReport, Process, Socket, Software, Summary};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::io;
@@ -345,7 +345,7 @@ pub fn inspect(pid: u32, opts: &Options) -> Result<InspectReport, InspectError> 
     }
     let advice = advice(&software, &summary, &host, trace.as_ref());
     Ok(InspectReport {
-        schema: crate::report::SCHEMA_VERSION,
+        schema: crate::record::SCHEMA_VERSION,
         version: env!("CARGO_PKG_VERSION"),
         process: Process {
             pid,
@@ -374,7 +374,7 @@ fn trace_process(
     listen_ports: &HashSet<u16>,
     d: Duration,
     opts: &Options,
-) -> Result<crate::report::inspect::Trace, InspectError> {
+) -> Result<crate::record::inspect::Trace, InspectError> {
     let known = sockets
         .iter()
         .map(|s| trace::Known {
@@ -520,7 +520,7 @@ fn peer_ip(peer: &str) -> Option<std::net::IpAddr> {
 
 /// What to change, from the software's own knob to the generic fix; a
 /// write-write-read seen by the trace comes first, as the stall's shape.
-fn advice(sw: &Software, sum: &Summary, host: &Host, trace: Option<&crate::report::inspect::Trace>) -> Vec<String> {
+fn advice(sw: &Software, sum: &Summary, host: &Host, trace: Option<&crate::record::inspect::Trace>) -> Vec<String> {
     let mut a = Vec::new();
     let found = trace.is_some_and(|t| t.found);
     if sum.nagle_on == 0 && !found {
@@ -632,7 +632,7 @@ mod tests {
 
     #[test]
     fn held_means_small_unsent_bytes_behind_unacknowledged_data_with_nagle_on() {
-        use crate::report::inspect::TcpInfo;
+        use crate::record::inspect::TcpInfo;
         let sock = |nodelay, cork, unacked, notsent| Socket {
             state: "established".into(),
             nodelay,

@@ -2,7 +2,7 @@
 //! parsed, `include`s expanded, and `http` → `server` (the one listening on
 //! the port) → `location /` overrides applied.
 
-use crate::report::inspect::Setting;
+use crate::record::inspect::Setting;
 
 /// The settings that decide how nginx writes, with nginx's defaults.
 const KNOBS: [(&str, &str); 4] =

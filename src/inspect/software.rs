@@ -8,7 +8,7 @@
 
 use super::run_as::{self, Target};
 use super::{nginx, procfs};
-use crate::report::inspect::{Setting, Software};
+use crate::record::inspect::{Setting, Software};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 
 use super::common::{self, Error, Family, net_error};
 use super::raw::{self, ConnectEnd, Connecting, IcmpSocket, PortHold, SynSocket, flag_letters};
-use crate::report::{ProbeReport, ProbeResult, ProbeSummary, SCHEMA_VERSION};
+use crate::record::{ProbeReport, ProbeResult, ProbeSummary, SCHEMA_VERSION};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};

@@ -17,7 +17,7 @@
 
 use super::common::{self, Error, Family, net_error};
 use super::raw::{self, ConnectEnd, Connecting, IcmpKind, IcmpSocket, PortHold, SynSocket};
-use crate::report::{SCHEMA_VERSION, TraceHop, TraceProbe, TraceReport};
+use crate::record::{SCHEMA_VERSION, TraceHop, TraceProbe, TraceReport};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

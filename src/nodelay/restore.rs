@@ -6,7 +6,7 @@ use super::sockets::Server;
 use super::state::{Dir, SavedSocket};
 use super::switch::change;
 use super::{NodelayError, pin, state_err, tracer};
-use crate::report::nodelay::{NodelayProcess, NodelayReport};
+use crate::record::nodelay::{NodelayProcess, NodelayReport};
 use crate::words::sockets;
 use std::collections::HashSet;
 
@@ -71,7 +71,7 @@ pub fn restore(pid: u32) -> Result<NodelayReport, NodelayError> {
     }
     dir.remove(pid, start_time).map_err(state_err)?;
     let mut report = NodelayReport {
-        schema: crate::report::SCHEMA_VERSION,
+        schema: crate::record::SCHEMA_VERSION,
         version: env!("CARGO_PKG_VERSION"),
         action: "restore",
         process: NodelayProcess { pid, comm: saved.comm.clone(), start_time, workers: server.workers.clone() },
@@ -95,8 +95,8 @@ fn gone(pid: u32) -> NodelayError {
 }
 
 /// A saved socket that is no longer open.
-fn closed(x: &SavedSocket) -> crate::report::nodelay::SocketChange {
-    crate::report::nodelay::SocketChange {
+fn closed(x: &SavedSocket) -> crate::record::nodelay::SocketChange {
+    crate::record::nodelay::SocketChange {
         pid: x.pid,
         fd: x.fd,
         inode: x.inode,

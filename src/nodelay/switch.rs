@@ -6,7 +6,7 @@ use super::sockets::{Found, Server};
 use super::state::{Dir, Saved, SavedSocket};
 use super::{NodelayError, pin, state_err, tracer};
 use crate::inspect::procfs;
-use crate::report::nodelay::{NodelayProcess, NodelayReport, SocketChange};
+use crate::record::nodelay::{NodelayProcess, NodelayReport, SocketChange};
 use crate::words::sockets;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -113,7 +113,7 @@ pub fn switch(pid: u32, port: Option<u16>, on: bool) -> Result<NodelayReport, No
         dir.save(&saved).map_err(state_err)?;
     }
     let mut report = NodelayReport {
-        schema: crate::report::SCHEMA_VERSION,
+        schema: crate::record::SCHEMA_VERSION,
         version: env!("CARGO_PKG_VERSION"),
         action: if on { "on" } else { "off" },
         process: NodelayProcess { pid, comm, start_time, workers: server.workers.clone() },

@@ -1,7 +1,7 @@
 //! Text rendering for a terminal: verdict first, evidence after.
 
 use super::style::{bad, good, head, warn};
-use super::{Finding, Report};
+use crate::record::{Finding, Report};
 use crate::words::{dur, plural};
 use std::fmt::Write;
 
@@ -173,7 +173,7 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(l) = &r.ladder {
         let _ = writeln!(o);
-        l.render(&mut o);
+        super::ladder::render(l, &mut o);
     }
     if !r.warnings.is_empty() {
         let _ = writeln!(o);

@@ -5,7 +5,7 @@
 //! endpoint's series are created at 0 when it takes a slot and removed when
 //! the slot is recycled.
 
-use super::kind::Kind;
+use crate::record::watch::Kind;
 use crate::tcp::Side;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

@@ -7,19 +7,17 @@
 //! memory is bounded by [`Options`] whatever passes.
 
 mod http;
-mod kind;
-pub mod lines;
 pub mod metrics;
 pub mod owners;
 mod process;
 pub mod render;
 mod sink;
 
+pub use crate::record::watch::{Finding, Kind, Owner};
 pub use http::MetricsServer;
-pub use kind::Kind;
 pub use metrics::Metrics;
-pub use owners::{Owner, Owners};
-pub use sink::{ConnState, Counts, Finding, Limits, Row, WatchSink};
+pub use owners::Owners;
+pub use sink::{ConnState, Counts, Limits, Row, WatchSink};
 
 use crate::capture::LinkType;
 use crate::capture::live::{Live, LiveCapture, LiveError, LiveStats};

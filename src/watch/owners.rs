@@ -4,8 +4,8 @@
 //! into an LRU map of 8,192 endpoints. watch reads the map only when a
 //! finding names an endpoint: no ptrace, no /proc scan per packet.
 
+use crate::record::watch::Owner;
 use aya::maps::{HashMap as BpfHash, MapData};
-use serde::Serialize;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
@@ -33,33 +33,6 @@ struct Value {
 unsafe impl aya::Pod for Key {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Value {}
-
-/// The process that owns an endpoint.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Owner {
-    /// Its process id (tgid).
-    pub pid: u32,
-    /// Its name as the kernel has it (`comm`, which the process can set).
-    pub comm: String,
-    /// Its cgroup v2 path, when it is not the root.
-    pub cgroup: Option<String>,
-    /// A container id found in that path (docker, containerd, CRI-O, podman), first 12 characters.
-    pub container: Option<String>,
-}
-
-impl Owner {
-    /// ` [pid 123 nginx, container 0123456789ab]`, for a finding's line.
-    pub fn suffix(&self) -> String {
-        let mut s = format!(" [pid {} {}", self.pid, self.comm);
-        match (&self.container, &self.cgroup) {
-            (Some(c), _) => s.push_str(&format!(", container {c}")),
-            (None, Some(g)) => s.push_str(&format!(", cgroup {g}")),
-            _ => {}
-        }
-        s.push(']');
-        s
-    }
-}
 
 /// Most cgroup ids whose path is remembered.
 const CGROUP_CACHE: usize = 1024;
@@ -176,13 +149,5 @@ mod tests {
     fn the_key_and_value_layouts_match_the_program() {
         assert_eq!(std::mem::size_of::<Key>(), 20);
         assert_eq!(std::mem::size_of::<Value>(), 40);
-    }
-
-    #[test]
-    fn a_line_names_the_container_before_the_cgroup() {
-        let mut o = Owner { pid: 7, comm: "nginx".into(), cgroup: Some("/a.service".into()), container: None };
-        assert_eq!(o.suffix(), " [pid 7 nginx, cgroup /a.service]");
-        o.container = Some("0123456789ab".into());
-        assert_eq!(o.suffix(), " [pid 7 nginx, container 0123456789ab]");
     }
 }

@@ -1,9 +1,8 @@
 //! watch's output: a line per finding and a summary table, as text or as
 //! JSON lines (one object per line, `type` `finding` or `summary`).
 
-use super::kind::Kind;
-use super::lines::{EndpointLine, FindingLine, Line, SummaryLine};
-use super::sink::{Finding, Row};
+use super::sink::Row;
+use crate::record::watch::{EndpointLine, Finding, FindingLine, Kind, Line, Owner, SummaryLine};
 use crate::words::dur;
 use std::fmt::Write;
 
@@ -51,11 +50,11 @@ pub fn time(ts_ns: i64) -> String {
 /// One finding: `TIME SUMMARY` or a JSON line.
 pub fn finding(f: &Finding, json: bool) -> String {
     if !json {
-        let owner = f.owner.as_ref().map(|o| o.suffix()).unwrap_or_default();
+        let owner = f.owner.as_ref().map(owner_suffix).unwrap_or_default();
         return format!("{} {}{owner}\n", time(f.ts_ns), f.summary);
     }
     let line = Line::Finding(FindingLine {
-        schema: crate::report::SCHEMA_VERSION,
+        schema: crate::record::SCHEMA_VERSION,
         version: env!("CARGO_PKG_VERSION"),
         kind_of_line: "finding",
         time: time(f.ts_ns),
@@ -63,6 +62,18 @@ pub fn finding(f: &Finding, json: bool) -> String {
         finding: f.clone(),
     });
     format!("{}\n", serde_json::to_string(&line).unwrap_or_default())
+}
+
+/// ` [pid 123 nginx, container 0123456789ab]`, for a finding's line.
+fn owner_suffix(o: &Owner) -> String {
+    let mut s = format!(" [pid {} {}", o.pid, o.comm);
+    match (&o.container, &o.cgroup) {
+        (Some(c), _) => s.push_str(&format!(", container {c}")),
+        (None, Some(g)) => s.push_str(&format!(", cgroup {g}")),
+        _ => {}
+    }
+    s.push(']');
+    s
 }
 
 fn ms_text(ms: f64) -> String {
@@ -84,13 +95,13 @@ pub fn summary(h: &Header, rows: &[Row], verdict: &[String], json: bool) -> Stri
                     findings: Kind::ALL.iter().map(|k| (k.name().to_string(), c.found[k.idx()])).collect(),
                     p50_ms: c.latency.quantile_ms(0.5),
                     p99_ms: c.latency.quantile_ms(0.99),
-                    time_lost_ms: crate::report::ms(c.lost_ns),
+                    time_lost_ms: crate::record::ms(c.lost_ns),
                     not_shown: c.suppressed,
                 }
             })
             .collect();
         let line = Line::Summary(SummaryLine {
-            schema: crate::report::SCHEMA_VERSION,
+            schema: crate::record::SCHEMA_VERSION,
             version: env!("CARGO_PKG_VERSION"),
             kind_of_line: "summary",
             last: h.last,
@@ -211,5 +222,13 @@ mod tests {
         assert_eq!(time(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(time(951_782_400_123_456_789), "2000-02-29T00:00:00.123Z");
         assert_eq!(time(1_767_225_599_999_000_000), "2025-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn a_line_names_the_container_before_the_cgroup() {
+        let mut o = Owner { pid: 7, comm: "nginx".into(), cgroup: Some("/a.service".into()), container: None };
+        assert_eq!(owner_suffix(&o), " [pid 7 nginx, cgroup /a.service]");
+        o.container = Some("0123456789ab".into());
+        assert_eq!(owner_suffix(&o), " [pid 7 nginx, container 0123456789ab]");
     }
 }

@@ -11,11 +11,11 @@
 //! kind and role (the rest are counted); the verdict aggregates are kept for
 //! named endpoints only.
 
-use super::kind::Kind;
 use super::metrics::{Metrics, SlotMetrics};
 use crate::analyze::{FileResult, RTO_NS};
 use crate::detect::{Detectors, Observation};
 use crate::dist::Dist;
+use crate::record::watch::{Finding, Kind};
 use crate::tcp::table::Totals;
 use crate::tcp::{ConnInfo, Event, Side, Sink};
 use crate::wire::{Endpoint, Segment};
@@ -24,39 +24,6 @@ use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// One finding, as it happens.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
-pub struct Finding {
-    /// When the finding became certain (the held segment, the re-send, the answer…), ns since the epoch
-    /// (lines carry it as `time` and `ts`).
-    #[serde(skip)]
-    pub ts_ns: i64,
-    /// What it is.
-    pub kind: Kind,
-    /// The connection's server endpoint.
-    pub server: String,
-    /// The connection's client endpoint.
-    pub client: String,
-    /// The side at fault: Nagle's, the re-sender's, the SYN's sender's, the one that closed its window.
-    pub role: &'static str,
-    /// Time it cost, ms: the stall, the wait for the re-send, the connect, the closed window.
-    pub ms: f64,
-    /// Nagle only: the ACKing host delayed its ACK this long (the late ACK
-    /// came this long after the small segment, less the round trip from the
-    /// capture point to that host), ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ack_delay_ms: Option<f64>,
-    /// Nagle only: which ACK timer that delay looks like.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ack_timer: Option<String>,
-    /// The finding in words.
-    pub summary: String,
-    /// The process owning the side at fault's endpoint, when it is on this
-    /// host and eBPF could say (see `owners`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<super::owners::Owner>,
-}
 
 /// Bounds on what the sink keeps.
 #[derive(Clone, Copy, Debug)]
@@ -396,7 +363,7 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
         }
         Observation::Stall(s) => {
             let what = if s.nagle == Side::Server { "a response" } else { "a request" };
-            let timer = crate::analyze::verdict::ack_timer(crate::report::ms(s.ack_delay_ns));
+            let timer = crate::analyze::verdict::ack_timer(crate::record::ms(s.ack_delay_ns));
             let peer = info.endpoint(s.nagle.other()).ip;
             let text = format!(
                 "Nagle + delayed ACK: {} held part of {what} {} until the {} {peer} sent a delayed ACK ({timer}); fix: TCP_NODELAY on {}",
@@ -405,7 +372,7 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
                 s.nagle.other().name(),
                 info.endpoint(s.nagle),
             );
-            ack_delay_ms = Some(crate::report::ms(s.ack_delay_ns));
+            ack_delay_ms = Some(crate::record::ms(s.ack_delay_ns));
             ack_timer = Some(timer);
             text
         }
@@ -441,7 +408,7 @@ fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> 
         server,
         client,
         role: from.name(),
-        ms: crate::report::ms(ns),
+        ms: crate::record::ms(ns),
         ack_delay_ms,
         ack_timer,
         summary,

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tcpdoctor::analyze::{Options, analyze};
 use tcpdoctor::capture::Capture;
-use tcpdoctor::report::{Finding, NagleFinding, Report};
+use tcpdoctor::record::{Finding, NagleFinding, Report};
 
 /// Path of a file in tests/data.
 pub fn data(name: &str) -> PathBuf {

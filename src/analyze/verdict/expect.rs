@@ -2,7 +2,7 @@
 
 use super::{dur_ms, ms};
 use crate::analyze::agg::CountAgg;
-use crate::report::{ExpectFinding, HostRole};
+use crate::record::{ExpectFinding, HostRole};
 use crate::wire::Endpoint;
 use crate::words::{dur, plural};
 use std::net::IpAddr;

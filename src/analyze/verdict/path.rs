@@ -2,7 +2,7 @@
 
 use super::{dur_ms, ms};
 use crate::analyze::agg::ServerAgg;
-use crate::report::NetworkLatencyFinding;
+use crate::record::NetworkLatencyFinding;
 use crate::wire::Endpoint;
 
 /// Round trip at or above which the path is worth naming, ms.

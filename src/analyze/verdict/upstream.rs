@@ -3,7 +3,7 @@
 use super::{dur_ms, ms};
 use crate::analyze::agg::ServerAgg;
 use crate::analyze::upstream::UpstreamWait;
-use crate::report::{Finding, UpstreamWaitFinding};
+use crate::record::{Finding, UpstreamWaitFinding};
 use crate::wire::Endpoint;
 
 /// The finding for `server` when most of its slow windows held whole exchanges

@@ -11,7 +11,8 @@ use tcpdoctor::inspect::{self, InspectError};
 use tcpdoctor::measure::bench;
 use tcpdoctor::measure::common::{Error as MeasureError, Family};
 use tcpdoctor::output::{self, OutputFile};
-use tcpdoctor::report::{self, Report};
+use tcpdoctor::record::Report;
+use tcpdoctor::report;
 
 /// Exit codes (also in the README).
 pub mod exit {

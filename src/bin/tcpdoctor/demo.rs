@@ -26,10 +26,17 @@ fn live(json: bool) -> ExitCode {
             print(line)
         }
     };
-    match tcpdoctor::demo::live(&o, &mut say) {
+    let mut verdict = |r: &tcpdoctor::record::diagnose::DiagnoseReport| {
+        if !json {
+            print(&tcpdoctor::report::diagnose::render_verdict(r))
+        }
+    };
+    match tcpdoctor::demo::live(&o, &mut say, &mut verdict) {
         Ok(d) => {
             if json {
                 print_json(&d);
+            } else {
+                print(&tcpdoctor::report::diagnose::render_comparison(&d.fix));
             }
             ExitCode::from(exit::OK)
         }

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tcpdoctor::diagnose;
 use tcpdoctor::measure::common::parse_positive_duration;
+use tcpdoctor::record::diagnose::{Comparison, DiagnoseOutput, Summary};
 use tcpdoctor::report;
 
 /// The notes and exit codes under `tcpdoctor diagnose --help` (and in the manual page).
@@ -107,12 +108,12 @@ fn diagnose_failed(e: diagnose::DiagnoseError) -> ExitCode {
 }
 
 /// A file saved with `diagnose --json`, for `--before`.
-fn read_before(f: &std::path::Path) -> Result<report::diagnose::Summary, ExitCode> {
+fn read_before(f: &std::path::Path) -> Result<Summary, ExitCode> {
     let why = "so not a `diagnose --json` record, which is a few KB";
     let bytes = read_option_file("--before", f, diagnose::MAX_BEFORE_FILE, exit::USAGE, why)?;
     let v = serde_json::from_slice::<serde_json::Value>(&bytes)
         .map_err(|e| fail(exit::USAGE, format!("--before {}: {e}", f.display())))?;
-    report::diagnose::Summary::from_json(&v)
+    Summary::from_json(&v)
         .ok_or_else(|| fail(exit::USAGE, format!("--before {}: not the output of `diagnose --json`", f.display())))
 }
 
@@ -157,15 +158,17 @@ pub fn run(a: Args) -> ExitCode {
         diagnose::Progress::Tick(t, n) => bar.iter().for_each(|b| b.update(t, n)),
         diagnose::Progress::End => bar = None,
     };
+    // Each diagnosis's verdict as it is made (two with --verify).
+    let mut verdict = |r: &tcpdoctor::record::diagnose::DiagnoseReport| {
+        if !json {
+            print(&report::diagnose::render_verdict(r))
+        }
+    };
     if let Some(after) = &a.verify {
-        return match diagnose::verify(&o, after, &mut say, &mut progress) {
+        return match diagnose::verify(&o, after, &mut say, &mut verdict, &mut progress) {
             Ok((before, after, c)) => {
                 if json {
-                    print_json(&report::diagnose::DiagnoseOutput::Verified {
-                        before: &before,
-                        after: &after,
-                        comparison: &c,
-                    });
+                    print_json(&DiagnoseOutput::Verified { before: &before, after: &after, comparison: &c });
                 } else {
                     print(&report::diagnose::render_comparison(&c));
                 }
@@ -186,6 +189,7 @@ pub fn run(a: Args) -> ExitCode {
             print(&report::diagnose::render_verdict(&r));
         }
         if a.try_nodelay {
+            say(&format!("\n{}\n", report::style::head("TCP_NODELAY SET LIVE (--try-nodelay)")));
             let t = diagnose::try_nodelay::run(&o, &r, a.keep, &mut say, &mut progress);
             if !json {
                 print(&report::nodelay::render_try(&t));
@@ -196,9 +200,9 @@ pub fn run(a: Args) -> ExitCode {
     });
     match (run, before) {
         (Ok(r), Some(before)) => {
-            let c = report::diagnose::Comparison::new(before, report::diagnose::Summary::of(&r));
+            let c = Comparison::new(before, Summary::of(&r));
             if json {
-                print_json(&report::diagnose::DiagnoseOutput::Compared { report: &r, comparison: &c });
+                print_json(&DiagnoseOutput::Compared { report: &r, comparison: &c });
             } else {
                 print(&report::diagnose::render_comparison(&c));
             }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tcpdoctor::measure::common::{parse_positive_duration, parse_run_length};
-use tcpdoctor::report;
+use tcpdoctor::record::lab::LabRow;
 
 /// The notes and exit codes under `tcpdoctor lab --help` (and in the manual page).
 pub const AFTER_HELP: &str = "Servers: (a) nagle: keep-alive, header then body in two writes, Nagle on; (b) nodelay: \
@@ -103,14 +103,14 @@ pub fn run(a: Args) -> ExitCode {
     }
     let cacert = cert.1.1.display().to_string();
     let row = |s: &Server| {
-        let mut r = report::lab::LabRow::new(s.name(), s.url(), s.describe());
+        let mut r = LabRow::new(s.name(), s.url(), s.describe());
         if s.url().starts_with("https") {
             r.cacert = Some(cacert.clone());
         }
         r
     };
     let (plain, https): (Vec<&Server>, Vec<&Server>) = servers.iter().partition(|s| !s.url().starts_with("https"));
-    let mut rows: Vec<report::lab::LabRow> = plain.into_iter().map(row).collect();
+    let mut rows: Vec<LabRow> = plain.into_iter().map(row).collect();
     let mut nginxes = Vec::new();
     if a.nginx {
         for (i, on) in [(3, false), (4, true)] {
@@ -128,7 +128,7 @@ pub fn run(a: Args) -> ExitCode {
                         if on { "on (the fix)" } else { "off (the stall)" }
                     );
                     let name = if on { "nginx-nodelay-on" } else { "nginx-nodelay-off" };
-                    let mut r = report::lab::LabRow::new(name, n.url(), what);
+                    let mut r = LabRow::new(name, n.url(), what);
                     r.pid = Some(n.pid());
                     rows.push(r);
                     nginxes.push(n);

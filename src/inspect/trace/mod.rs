@@ -25,7 +25,7 @@ mod proof;
 mod ptrace;
 
 use super::{procfs, sockopt};
-use crate::report::inspect::{Trace, TraceExample, TraceKind, TraceLine, TraceOverhead};
+use crate::record::inspect::{Trace, TraceExample, TraceKind, TraceLine, TraceOverhead};
 use events::{Call, Dir, Event, Nagle, Role, Sock, Sys};
 use std::collections::{HashMap, HashSet};
 use std::io;

@@ -3,7 +3,7 @@
 
 use super::ebpf::{Extra, Hold};
 use super::hold::Fate;
-use crate::report::inspect::{TraceCost, TraceHold};
+use crate::record::inspect::{TraceCost, TraceHold};
 use std::time::Duration;
 
 fn ms(ns: u64) -> f64 {

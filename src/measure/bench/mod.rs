@@ -19,7 +19,7 @@ pub use config::{BenchError, MAX_BODY_FILE, Options, Url, check_header, check_me
 
 use crate::dist::{Coarse, Dist};
 use crate::measure::tls::Negotiated;
-use crate::report::bench::{
+use crate::record::bench::{
     BenchOptions, BenchReport, ConnectionTimes, Distribution, Errors, PhaseTimes, ThreadRate, TimePoint, TlsReport,
 };
 use config::Config;
@@ -329,7 +329,7 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
     let status_codes: BTreeMap<u16, u64> =
         all.statuses.iter().enumerate().filter(|(_, n)| **n > 0).map(|(c, n)| (c as u16, *n)).collect();
     Ok(BenchReport {
-        schema: crate::report::SCHEMA_VERSION,
+        schema: crate::record::SCHEMA_VERSION,
         version: env!("CARGO_PKG_VERSION"),
         url: cfg.url.clone(),
         address: cfg.addr.to_string(),
@@ -370,7 +370,7 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(Duration, u64)) -> Result<Bench
             }
         }),
         requests_per_s_per_thread: thread_rate(&all.rate_samples),
-        latency_histogram: crate::report::Histogram::from(&all.latency),
+        latency_histogram: crate::record::Histogram::from(&all.latency),
         timeline_step_s: cfg.step.as_secs_f64(),
         timeline: timeline(&all.timeline, cfg.step, elapsed),
         notes: notes::notes(&cfg, &all),

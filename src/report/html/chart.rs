@@ -1,7 +1,7 @@
 //! Charts as SVG: a latency histogram on a log time axis, latency over time,
 //! and where an exchange's time goes as one stacked bar.
 
-use crate::report::{ExchangeTimes, Histogram};
+use crate::record::{ExchangeTimes, Histogram};
 use crate::words::dur;
 use maud::{Markup, html};
 
@@ -290,7 +290,7 @@ pub fn breakdown(t: &ExchangeTimes) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Bin;
+    use crate::record::Bin;
 
     #[test]
     fn histogram_marks_and_bands() {

@@ -1,7 +1,8 @@
 //! A ladder (flow graph) as SVG: client left, server right, time flowing
 //! down to scale, with a break marker where the line would be long and idle.
 
-use crate::report::{Ladder, Mark, Row};
+use crate::record::{Ladder, Mark, Row};
+use crate::report::ladder::label;
 use crate::tcp::Side;
 use crate::words::dur;
 use maud::{Markup, html};
@@ -118,7 +119,7 @@ pub fn svg(l: &Ladder) -> Markup {
                     text class="axis" x="70" y=(y + 4.0) { (format!("{:.3} ms", r.t_ms)) }
                     line x1=(x1) y1=(y) x2=(x2) y2=(y + SLANT) {}
                     path d=(format!("M{} {} l{} -4 l0 8 z", x2, y + SLANT, -9.0 * dir)) {}
-                    text x=((x1 + x2) / 2.0) y=(y - 2.0) text-anchor="middle" { (r.label()) }
+                    text x=((x1 + x2) / 2.0) y=(y - 2.0) text-anchor="middle" { (label(r)) }
                     @if let Some(t) = &r.tls {
                         text class="tls" x=((x1 + x2) / 2.0) y=(y + SLANT + 11.0) text-anchor="middle" { (t.label()) }
                     }
@@ -137,7 +138,7 @@ pub fn svg(l: &Ladder) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::RowKind;
+    use crate::record::RowKind;
 
     fn row(frame: u64, ms: f64, from: Side, kind: RowKind, mark: Option<Mark>) -> Row {
         Row {

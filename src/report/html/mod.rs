@@ -7,9 +7,9 @@ mod chart;
 mod ladder;
 mod try_nodelay;
 
-use super::bench::BenchReport;
-use super::diagnose::{Comparison, DiagnoseReport, LoadStep};
-use super::{Breakdown, Connection, ExchangeTimes, Finding, Ladder, Report};
+use crate::record::bench::BenchReport;
+use crate::record::diagnose::{Comparison, DiagnoseReport, LoadStep};
+use crate::record::{Breakdown, Connection, ExchangeTimes, Finding, Ladder, Report};
 use crate::words::dur;
 use chart::Series;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
@@ -50,7 +50,7 @@ fn page(title: &str, body: Markup) -> String {
             body {
                 (body)
                 footer {
-                    "tcpdoctor " (env!("CARGO_PKG_VERSION")) " · JSON schema " (super::SCHEMA_VERSION)
+                    "tcpdoctor " (env!("CARGO_PKG_VERSION")) " · JSON schema " (crate::record::SCHEMA_VERSION)
                     " · this page has no external resources"
                 }
                 script { (PreEscaped(JS)) }
@@ -209,9 +209,9 @@ fn finding(f: &Finding) -> Markup {
                         " held segment (Wireshark: " code { "frame.number in {" (ex[0]) "," (ex[1]) "," (ex[2]) "}" } ")." }
                 }
             }
-            Finding::Expect100Continue(crate::report::ExpectFinding { fix, .. })
-            | Finding::UpstreamWait(crate::report::UpstreamWaitFinding { fix, .. })
-            | Finding::NetworkLatency(crate::report::NetworkLatencyFinding { fix, .. }) => {
+            Finding::Expect100Continue(crate::record::ExpectFinding { fix, .. })
+            | Finding::UpstreamWait(crate::record::UpstreamWaitFinding { fix, .. })
+            | Finding::NetworkLatency(crate::record::NetworkLatencyFinding { fix, .. }) => {
                 h3 { "Fix" }
                 ol.fix { @for x in fix { li { (rich(x)) } } }
             }

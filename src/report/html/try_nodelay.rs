@@ -1,7 +1,7 @@
 //! `diagnose --try-nodelay --html`: the experiment's section, beside the verdict.
 
 use super::ms;
-use crate::report::nodelay::TryNodelay;
+use crate::record::nodelay::TryNodelay;
 use maud::{Markup, html};
 
 /// The fix tried live: the proof, before/after, what was switched and put back.

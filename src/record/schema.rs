@@ -17,19 +17,19 @@ fn of<T: JsonSchema>(title: &str) -> serde_json::Value {
 
 /// (file stem, schema) for each verb's JSON; `demo-offline` and `analyze` share a type.
 pub fn all() -> Vec<(&'static str, serde_json::Value)> {
-    use crate::report;
+    use super::*;
     vec![
-        ("analyze", of::<report::Report>("tcpdoctor analyze --json")),
-        ("bench", of::<report::bench::BenchReport>("tcpdoctor bench --json")),
-        ("probe", of::<report::probe::ProbeReport>("tcpdoctor probe --json")),
-        ("trace", of::<report::trace::TraceReport>("tcpdoctor trace --json")),
-        ("inspect", of::<report::inspect::InspectReport>("tcpdoctor inspect --json")),
-        ("nodelay", of::<report::nodelay::NodelayReport>("tcpdoctor nodelay --json")),
-        ("diagnose", of::<report::diagnose::DiagnoseOutput<'static>>("tcpdoctor diagnose --json")),
-        ("demo", of::<crate::demo::LiveDemo>("tcpdoctor demo --json")),
-        ("demo-offline", of::<Vec<report::Report>>("tcpdoctor demo --offline --json")),
-        ("lab", of::<Vec<report::lab::LabRow>>("tcpdoctor lab --json")),
-        ("watch", of::<crate::watch::lines::Line>("tcpdoctor watch --json (each line)")),
+        ("analyze", of::<Report>("tcpdoctor analyze --json")),
+        ("bench", of::<bench::BenchReport>("tcpdoctor bench --json")),
+        ("probe", of::<ProbeReport>("tcpdoctor probe --json")),
+        ("trace", of::<TraceReport>("tcpdoctor trace --json")),
+        ("inspect", of::<InspectReport>("tcpdoctor inspect --json")),
+        ("nodelay", of::<nodelay::NodelayReport>("tcpdoctor nodelay --json")),
+        ("diagnose", of::<diagnose::DiagnoseOutput<'static>>("tcpdoctor diagnose --json")),
+        ("demo", of::<demo::LiveDemo>("tcpdoctor demo --json")),
+        ("demo-offline", of::<Vec<Report>>("tcpdoctor demo --offline --json")),
+        ("lab", of::<Vec<lab::LabRow>>("tcpdoctor lab --json")),
+        ("watch", of::<watch::Line>("tcpdoctor watch --json (each line)")),
     ]
 }
 
