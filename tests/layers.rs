@@ -9,6 +9,11 @@
 //! in `#[cfg(test)]` modules: a test may drive two modules together (a filter
 //! compiled in one and handed to the kernel through the other) without data
 //! flowing between them in the program.
+//!
+//! Layers, beside circles: the record model (`record/`, the types every verb's
+//! results are made of) imports only the plain data modules it is built
+//! from, never a verb's code nor the renderers; the renderers (`report/`) are
+//! imported by no module of the library (the binary renders).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -228,6 +233,82 @@ fn circles(e: &Edges) -> Vec<String> {
 
 fn check(root: &Path, dir: &Path) -> Vec<String> {
     circles(&edges(&modules(root, dir)))
+}
+
+/// The record model's module.
+const MODEL: &str = "record";
+/// What the model may import: data it embeds (`dist`'s histograms, `tcp`'s
+/// side, `detect`'s view of a TLS segment) and the words its sentences use.
+const MODEL_USES: [&str; 4] = ["dist", "tcp", "detect", "words"];
+/// The renderers' module.
+const RENDERERS: &str = "report";
+
+/// Every import that breaks the layers, as `module --(path)--> module`.
+fn layer_breaks(e: &Edges) -> Vec<String> {
+    let top = |m: &Vec<String>| m.first().cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for (from, to) in e {
+        for (t, via) in to {
+            let (f, t0) = (top(from), top(t));
+            let model_reaches_out = f == MODEL && t0 != MODEL && !MODEL_USES.contains(&t0.as_str());
+            let renderer_used = t0 == RENDERERS && f != RENDERERS;
+            if model_reaches_out || renderer_used {
+                out.push(format!("{} --({via})--> {}", name(from), name(t)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_model_and_the_renderers_keep_their_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = layer_breaks(&edges(&modules(&src.join("lib.rs"), &src)));
+    assert!(
+        found.is_empty(),
+        "record/ may import only {MODEL_USES:?}, and nothing in the library may import report/ \
+         (producers fill records from record/; the binary renders them):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The check itself: the model reaching a renderer or a verb's code, and a
+/// verb's code reaching a renderer, are found; renderers reading the model,
+/// the model using its data modules and a test module's paths are not.
+#[test]
+fn the_check_finds_an_import_across_the_layers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let w = |p: &str, s: &str| {
+        let f = dir.path().join(p);
+        std::fs::create_dir_all(f.parent().expect("parent")).expect("mkdir");
+        std::fs::write(f, s).expect("write");
+    };
+    w("lib.rs", "mod analyze; mod dist; mod record; mod report;\n");
+    w("dist.rs", "pub struct Spread;\n");
+    w("record/mod.rs", "pub mod bench;\npub struct Report(crate::dist::Spread);\n");
+    w("record/bench.rs", "pub struct Bench;\nfn f() { crate::report::style::head(); }\n");
+    w("report/mod.rs", "pub mod style;\nuse crate::record::Report;\n");
+    w("report/style.rs", "pub fn head() {}\n");
+    w(
+        "analyze.rs",
+        "use crate::record::Report;\nuse crate::report::style;\nfn f() -> crate::record::bench::Bench { todo!() }\n",
+    );
+    let breaks = || layer_breaks(&edges(&modules(&dir.path().join("lib.rs"), dir.path())));
+    assert_eq!(
+        breaks(),
+        [
+            "analyze --(crate::report::style)--> report::style",
+            "record::bench --(crate::report::style::head)--> report::style"
+        ]
+    );
+    w("record/bench.rs", "pub struct Bench;\nfn f() { crate::analyze::f(); }\n");
+    w(
+        "analyze.rs",
+        "use crate::record::Report;\npub fn f() {}\n#[cfg(test)]\nmod tests { use crate::report::style; }\n",
+    );
+    assert_eq!(breaks(), ["record::bench --(crate::analyze::f)--> analyze"]);
+    w("record/bench.rs", "pub struct Bench;\n");
+    assert!(breaks().is_empty(), "{:?}", breaks());
 }
 
 #[test]
