@@ -4,13 +4,19 @@
 //!
 //! Data flows one way: [`capture`] (pcap/pcapng) → [`wire`] (header views) →
 //! [`tcp`] (connection events) → [`detect`] (one module per cause) →
-//! [`report`] (JSON schema and text). [`analyze`] runs the pipeline and
-//! draws the verdict from its aggregates. No two modules import each other
-//! (`tests/layers.rs`): what two share has its own file.
-//! [`measure`] holds the active instruments (`probe`, `trace`); [`inspect`]
-//! looks at a live process's sockets and [`nodelay`] switches their
-//! TCP_NODELAY live (and back); [`watch`] runs the analysis on a live
-//! capture and exports Prometheus metrics.
+//! [`analyze`] (runs the pipeline and draws the verdict from its aggregates)
+//! → a [`record`] → a renderer in [`report`] (text, ladders, HTML), which the
+//! binary calls. [`measure`] holds the active instruments (`bench`, `probe`,
+//! `trace`); [`inspect`] looks at a live process's sockets and [`nodelay`]
+//! switches their TCP_NODELAY live (and back); [`diagnose`] runs the method
+//! against a URL; [`watch`] runs the analysis on a live capture and exports
+//! Prometheus metrics; [`lab`] and [`demo`] reproduce the causes.
+//!
+//! Each verb fills the types of [`record`] (the JSON contract: the types,
+//! their schemas, the schema version); the renderers only read them. The
+//! record model imports no verb and no renderer, no library module imports
+//! the renderers, and no two modules import each other (`tests/layers.rs`):
+//! what two share has its own file ([`words`], [`escape`]).
 
 pub mod analyze;
 pub mod capture;

@@ -231,6 +231,13 @@ fn circles(e: &Edges) -> Vec<String> {
         .collect()
 }
 
+/// Writes `text` to `dir/path`, making its folders: one file of a test crate.
+fn write(dir: &Path, path: &str, text: &str) {
+    let f = dir.join(path);
+    std::fs::create_dir_all(f.parent().expect("parent")).expect("mkdir");
+    std::fs::write(f, text).expect("write");
+}
+
 fn check(root: &Path, dir: &Path) -> Vec<String> {
     circles(&edges(&modules(root, dir)))
 }
@@ -278,11 +285,7 @@ fn the_model_and_the_renderers_keep_their_layers() {
 #[test]
 fn the_check_finds_an_import_across_the_layers() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let w = |p: &str, s: &str| {
-        let f = dir.path().join(p);
-        std::fs::create_dir_all(f.parent().expect("parent")).expect("mkdir");
-        std::fs::write(f, s).expect("write");
-    };
+    let w = |p: &str, s: &str| write(dir.path(), p, s);
     w("lib.rs", "mod analyze; mod dist; mod record; mod report;\n");
     w("dist.rs", "pub struct Spread;\n");
     w("record/mod.rs", "pub mod bench;\npub struct Report(crate::dist::Spread);\n");
@@ -335,11 +338,7 @@ fn no_two_modules_import_each_other() {
 #[test]
 fn the_check_finds_a_circle() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let w = |p: &str, s: &str| {
-        let f = dir.path().join(p);
-        std::fs::create_dir_all(f.parent().expect("parent")).expect("mkdir");
-        std::fs::write(f, s).expect("write");
-    };
+    let w = |p: &str, s: &str| write(dir.path(), p, s);
     w("lib.rs", "mod a; mod b; mod c; mod d;\n");
     w("a.rs", "use crate::b::B;\npub struct A;\n");
     w("b.rs", "pub struct B(crate::c::C);\n");

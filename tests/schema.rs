@@ -197,7 +197,7 @@ fn readme_field_lists_match_the_schemas() {
         top_properties("probe")
     );
     // Prose lists: every schema field is named, nested objects too.
-    let bench = paragraph_words(&readme, "`--json` prints one object (schema version 1, `src/report/bench.rs`)");
+    let bench = paragraph_words(&readme, "`--json` prints one object (schema version 1, `src/record/bench.rs`)");
     for (what, fields) in [
         ("bench", top_properties("bench")),
         ("options", def_properties("bench", "BenchOptions")),
