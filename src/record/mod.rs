@@ -28,7 +28,7 @@ pub use finding::{
 };
 pub use histogram::{Bin, Histogram};
 pub use inspect::InspectReport;
-pub use ladder::{ExchangeTimes, Ladder, Mark, Row, RowKind, TlsRecordJson, TlsRowJson, flags_text};
+pub use ladder::{ExchangeTimes, Ladder, Mark, Row, RowKind, flags_text};
 pub use probe::{ProbeReport, ProbeResult, ProbeSummary};
 pub use trace::{TraceHop, TraceProbe, TraceReport};
 

@@ -2,7 +2,7 @@
 
 use crate::escape::clean;
 use crate::record::inspect::{Host, InspectReport, Software, Trace};
-use crate::words::{ms, plural_s as plural};
+use crate::words::{ms, plural_s};
 use std::fmt::Write;
 
 /// Most connections listed in the text (listening sockets are always listed); `--json` has all.
@@ -216,11 +216,11 @@ pub fn render_trace(o: &mut String, t: &Trace) {
         t.method,
         if t.interrupted { " (stopped by Ctrl-C)" } else { "" },
         t.threads,
-        plural(t.threads),
+        plural_s(t.threads),
         t.processes.len(),
         if t.processes.len() == 1 { "" } else { "es" },
         t.sockets,
-        plural(t.sockets),
+        plural_s(t.sockets),
         t.calls
     );
     for k in &t.kinds {
@@ -246,7 +246,7 @@ pub fn render_trace(o: &mut String, t: &Trace) {
             k.single,
             k.in_pieces,
             k.sockets,
-            plural(k.sockets)
+            plural_s(k.sockets)
         );
     }
     if let Some(f) = t.nagle_in_pieces_fraction {

@@ -5,7 +5,7 @@ mod pattern;
 
 pub use pattern::{Trace, TraceCost, TraceExample, TraceHold, TraceKind, TraceLine, TraceOverhead};
 
-use crate::words::plural_s as plural;
+use crate::words::plural_s;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -191,7 +191,7 @@ impl Summary {
                 "{} of {} established connection{} {} Nagle on (TCP_NODELAY off)",
                 s.nagle_on,
                 s.established,
-                plural(s.established),
+                plural_s(s.established),
                 if s.established == 1 { "has" } else { "have" }
             );
             if s.nodelay_unknown > 0 {
