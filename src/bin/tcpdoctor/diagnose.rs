@@ -185,9 +185,7 @@ pub fn run(a: Args) -> ExitCode {
         print(&format!("tcpdoctor diagnose {}\n", a.url));
     }
     let run = diagnose::run(&o, &mut say, &mut progress).map(|mut r| {
-        if !json {
-            print(&report::diagnose::render_verdict(&r));
-        }
+        verdict(&r);
         if a.try_nodelay {
             say(&format!("\n{}\n", report::style::head("TCP_NODELAY SET LIVE (--try-nodelay)")));
             let t = diagnose::try_nodelay::run(&o, &r, a.keep, &mut say, &mut progress);
