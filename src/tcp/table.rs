@@ -89,7 +89,9 @@ fn key(a: &Endpoint, b: &Endpoint) -> Key {
 
 /// Tracks every connection in a capture.
 pub struct Tracker<T> {
-    map: FxHashMap<Key, Conn<T>>,
+    /// Boxed: the probe then walks small entries (key and pointer), not
+    /// connections of a kilobyte and more.
+    map: FxHashMap<Key, Box<Conn<T>>>,
     next_id: ConnId,
     since_sweep: u32,
     idle_ns: i64,
@@ -197,13 +199,13 @@ impl<T: Default> Tracker<T> {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
         self.roles.met(seg.src, seg.dst);
-        let conn = self.map.entry(k).or_insert(new_conn(id, seg, &self.roles));
+        let conn = self.map.entry(k).or_insert_with(|| Box::new(new_conn(id, seg, &self.roles)));
         step(conn, seg, sink, &mut self.roles);
     }
 
     /// Finishes every connection still open (end of capture), in id order.
     pub fn finish<S: Sink<T>>(&mut self, sink: &mut S) {
-        let mut rest: Vec<Conn<T>> = self.map.drain().map(|(_, c)| c).collect();
+        let mut rest: Vec<Box<Conn<T>>> = self.map.drain().map(|(_, c)| c).collect();
         rest.sort_by_key(|c| c.info.id);
         for c in rest {
             sink.close(&c.info, c.state, &c.totals);
