@@ -287,8 +287,11 @@ mod tests {
         s.data(41 * MS, Client, 100);
         s.data(42 * MS, Server, 800);
         let mut x = Exchanges::default();
-        let mut got: Vec<Exchange> =
-            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true).copied()).collect();
+        let mut got: Vec<Exchange> = s
+            .events
+            .iter()
+            .filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true).copied())
+            .collect();
         got.extend(x.finish());
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].req_bytes, got[0].resp_bytes), (100, 800));
@@ -308,11 +311,34 @@ mod tests {
         s.data(50 * MS + 230 * US, Server, 600); // right after the ACK: released by it, not a pause
         s.data(60 * MS, Client, 100);
         let mut x = Exchanges::default();
-        let got: Vec<Exchange> =
-            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true).copied()).collect();
+        let got: Vec<Exchange> = s
+            .events
+            .iter()
+            .filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true).copied())
+            .collect();
         assert_eq!(got.len(), 1);
         let pause = got[0].resp_pause;
         assert_eq!(pause, (45 * MS - 50 * US) + (50 * MS + 100 * US - 45 * MS));
+    }
+
+    #[test]
+    fn an_undone_response_start_puts_the_request_back_as_it_was() {
+        let mut s = Seq::new();
+        s.data(0, Client, 100);
+        s.data(MS, Server, 50); // taken for the response's start: TLS session tickets, say
+        s.data(2 * MS, Client, 30); // the request goes on
+        s.data(3 * MS, Server, 200);
+        let mut x = Exchanges::default();
+        x.undoable();
+        let (e, r) = (&s.events, Release::default());
+        assert!(x.step(&e[0], None, r, [0, 0], true).is_none());
+        assert!(x.step(&e[1], None, r, [0, 0], true).is_none());
+        x.unstart_response();
+        for ev in &e[2..] {
+            assert!(x.step(ev, None, r, [0, 0], true).is_none(), "one exchange, not two");
+        }
+        let done = x.finish().expect("the exchange");
+        assert_eq!((done.req_bytes, done.req_last, done.resp_first, done.resp_bytes), (130, 2 * MS, 3 * MS, 200));
     }
 
     #[test]
