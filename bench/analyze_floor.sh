@@ -42,8 +42,8 @@ wall() {
     out=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f", b - a }')
 }
 
-# stats: reads numbers, prints "median (min-max)".
-stats() { sort -g | awk '{ v[NR] = $1 } END { printf "%.4f (%.4f-%.4f)", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR] }'; }
+# stats [DIGITS]: reads numbers, prints "median (min-max)" with DIGITS decimals (4).
+stats() { sort -g | awk -v d="${1:-4}" '{ v[NR] = $1 } END { f = "%." d "f"; printf f " (" f "-" f ")", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR] }'; }
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for f in "$@"; do
@@ -68,6 +68,6 @@ for f in "$@"; do
     [ -n "${BASE:-}" ] && echo "base:    $(printf '%s\n' "${ba[@]}" | stats) s"
     fm=$(printf '%s\n' "${fl[@]}" | stats | cut -d' ' -f1)
     am=$(printf '%s\n' "${an[@]}" | stats | cut -d' ' -f1)
-    echo "analyze / floor: $(awk -v a="$am" -v b="$fm" 'BEGIN { printf "%.2f", a / b }') (per round: $(printf '%s\n' "${ra[@]}" | stats))"
+    echo "analyze / floor: $(awk -v a="$am" -v b="$fm" 'BEGIN { printf "%.2f", a / b }') (per round: $(printf '%s\n' "${ra[@]}" | stats 2))"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
