@@ -289,7 +289,11 @@ impl Sink<ConnState> for Collector<'_> {
         }
         if st.cur.len() < EXCHANGE_ROWS || st.flow.is_some() {
             let mut r = row(ev, seg.flags.0);
-            r.tls = det.tls_segment;
+            // Copied only when set: `None` was written as its tag alone, and
+            // reading the whole option back right after stalls on every packet.
+            if det.tls_segment.is_some() {
+                r.tls = det.tls_segment;
+            }
             if held {
                 r.mark = Some(Mark::Held);
             }

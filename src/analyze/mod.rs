@@ -79,14 +79,16 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
             }
             continue;
         }
-        match wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
+        // Matched by reference: moving the segment out copies it, and reading
+        // its fields back from that copy stalls on every packet.
+        match &wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
             Ok(Some(seg)) => {
-                if opts.filter.as_ref().is_some_and(|f| !f.matches(&seg)) {
+                if opts.filter.as_ref().is_some_and(|f| !f.matches(seg)) {
                     other += 1;
                     continue;
                 }
                 tcp += 1;
-                tracker.segment(&seg, &mut c);
+                tracker.segment(seg, &mut c);
             }
             Ok(None) => other += 1,
             Err(e) => {

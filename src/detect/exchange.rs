@@ -36,9 +36,13 @@ pub const PAUSE_MIN_NS: i64 = 2_000_000;
 #[derive(Debug, Default)]
 pub struct Exchanges {
     phase: Phase,
-    /// The exchange under way (request, or response): changed in place, as
-    /// this runs on every data segment.
-    x: Exchange,
+    /// The exchange under way (request, or response) is `xs[cur]`, changed
+    /// in place, as this runs on every data segment; the other slot holds the
+    /// last one finished. A finished exchange is handed out from its own slot,
+    /// written packets ago: copying it just after its last fields were
+    /// stored would stall the CPU on every exchange.
+    xs: [Exchange; 2],
+    cur: usize,
     /// Last pure ACK from the side receiving the message being sent.
     peer_ack_ts: Option<i64>,
     /// End of each side's highest new bytes (0 before any: the first byte is
@@ -47,8 +51,10 @@ pub struct Exchanges {
     /// Last new request segment (a re-sent one may have been needless).
     req_new_last: i64,
     /// The exchange as it was before its response began, in case that
-    /// beginning turns out not to be response (TLS session tickets).
+    /// beginning turns out not to be response (TLS session tickets); kept
+    /// only once [`Exchanges::undoable`] was called.
     before_response: Exchange,
+    undoable: bool,
 }
 
 /// Where a gap before a segment that continues a message goes.
@@ -82,7 +88,7 @@ impl Exchanges {
     /// capture point to [client, server] (ns). `app`: a data segment carries
     /// application bytes; one that does not (TLS handshake records) is no
     /// part of a request or response.
-    #[inline]
+    #[inline(always)]
     pub fn step(
         &mut self,
         ev: &Event,
@@ -90,7 +96,7 @@ impl Exchanges {
         release: Release,
         rtt: [i64; 2],
         app: bool,
-    ) -> Option<Exchange> {
+    ) -> Option<&Exchange> {
         match ev.kind {
             EventKind::Data { seq, len, class: DataClass::New } if !app => {
                 let hi = &mut self.hi[ev.from.idx()];
@@ -114,7 +120,7 @@ impl Exchanges {
 
     /// Lost bytes of the message being sent: the wait for their re-send is loss time.
     fn resent(&mut self, ev: &Event) {
-        let x = &mut self.x;
+        let x = &mut self.xs[self.cur & 1];
         match (self.phase, ev.from) {
             (Phase::Request, Side::Client) => {
                 x.loss = x.loss.saturating_add((ev.ts_ns - x.req_last).max(0));
@@ -149,7 +155,7 @@ impl Exchanges {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn new_data(
         &mut self,
         ev: &Event,
@@ -158,7 +164,7 @@ impl Exchanges {
         stall: Option<&Stall>,
         release: Release,
         rtt: [i64; 2],
-    ) -> Option<Exchange> {
+    ) -> Option<&Exchange> {
         let t = ev.ts_ns;
         let bytes = u64::from(len);
         let hi = &mut self.hi[ev.from.idx()];
@@ -168,8 +174,8 @@ impl Exchanges {
         let held = stall.filter(|s| !s.timer).map_or(0, |s| s.stall_ns);
         match (self.phase, ev.from) {
             (Phase::Request, Side::Client) => {
-                let c = self.charge(ev, self.x.req_last, held, release.probe, skips, rtt);
-                let x = &mut self.x;
+                let c = self.charge(ev, self.xs[self.cur & 1].req_last, held, release.probe, skips, rtt);
+                let x = &mut self.xs[self.cur & 1];
                 c.add(&mut x.req_stall, &mut x.req_pause, &mut x.loss, &mut x.rounds);
                 x.req_last = t;
                 x.req_bytes += bytes;
@@ -177,8 +183,8 @@ impl Exchanges {
                 None
             }
             (Phase::Response, Side::Server) => {
-                let c = self.charge(ev, self.x.resp_last, held, release.probe, skips, rtt);
-                let x = &mut self.x;
+                let c = self.charge(ev, self.xs[self.cur & 1].resp_last, held, release.probe, skips, rtt);
+                let x = &mut self.xs[self.cur & 1];
                 c.add(&mut x.resp_stall, &mut x.resp_pause, &mut x.loss, &mut x.rounds);
                 x.resp_last = t;
                 x.resp_bytes += bytes;
@@ -186,8 +192,10 @@ impl Exchanges {
                 None
             }
             (Phase::Request, Side::Server) => {
-                self.before_response = self.x;
-                let x = &mut self.x;
+                if self.undoable {
+                    self.before_response = self.xs[self.cur & 1];
+                }
+                let x = &mut self.xs[self.cur & 1];
                 if skips && t - self.req_new_last >= LOSS_TIMER_MIN_NS {
                     // The response's first bytes went missing: the wait was for their re-send.
                     x.first_loss = t - x.req_last;
@@ -203,14 +211,15 @@ impl Exchanges {
                 None
             }
             (Phase::Response, Side::Client) => {
-                let done = std::mem::replace(&mut self.x, start(ev, bytes, held));
+                self.cur ^= 1;
+                self.xs[self.cur & 1] = start(ev, bytes, held);
                 self.phase = Phase::Request;
                 self.peer_ack_ts = None;
                 self.req_new_last = t;
-                Some(done)
+                Some(&self.xs[(self.cur ^ 1) & 1])
             }
             (Phase::Idle, Side::Client) => {
-                self.x = start(ev, bytes, held);
+                self.xs[self.cur & 1] = start(ev, bytes, held);
                 self.phase = Phase::Request;
                 self.req_new_last = t;
                 None
@@ -220,11 +229,17 @@ impl Exchanges {
         }
     }
 
+    /// From now on a response's beginning may be undone
+    /// ([`Exchanges::unstart_response`]): the connection speaks TLS.
+    pub fn undoable(&mut self) {
+        self.undoable = true;
+    }
+
     /// What began the response was not response (TLS session tickets): the
     /// request is under way again, as it was.
     pub fn unstart_response(&mut self) {
-        if self.phase == Phase::Response {
-            self.x = self.before_response;
+        if self.phase == Phase::Response && self.undoable {
+            self.xs[self.cur & 1] = self.before_response;
             self.phase = Phase::Request;
             self.peer_ack_ts = None;
         }
@@ -239,7 +254,7 @@ impl Exchanges {
     /// The exchange still open at the end of the connection, if it got a response.
     pub fn finish(&mut self) -> Option<Exchange> {
         let done = std::mem::take(&mut self.phase) == Phase::Response;
-        done.then_some(self.x)
+        done.then_some(self.xs[self.cur & 1])
     }
 }
 
@@ -272,8 +287,11 @@ mod tests {
         s.data(41 * MS, Client, 100);
         s.data(42 * MS, Server, 800);
         let mut x = Exchanges::default();
-        let mut got: Vec<Exchange> =
-            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true)).collect();
+        let mut got: Vec<Exchange> = s
+            .events
+            .iter()
+            .filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true).copied())
+            .collect();
         got.extend(x.finish());
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].req_bytes, got[0].resp_bytes), (100, 800));
@@ -293,11 +311,34 @@ mod tests {
         s.data(50 * MS + 230 * US, Server, 600); // right after the ACK: released by it, not a pause
         s.data(60 * MS, Client, 100);
         let mut x = Exchanges::default();
-        let got: Vec<Exchange> =
-            s.events.iter().filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true)).collect();
+        let got: Vec<Exchange> = s
+            .events
+            .iter()
+            .filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true).copied())
+            .collect();
         assert_eq!(got.len(), 1);
         let pause = got[0].resp_pause;
         assert_eq!(pause, (45 * MS - 50 * US) + (50 * MS + 100 * US - 45 * MS));
+    }
+
+    #[test]
+    fn an_undone_response_start_puts_the_request_back_as_it_was() {
+        let mut s = Seq::new();
+        s.data(0, Client, 100);
+        s.data(MS, Server, 50); // taken for the response's start: TLS session tickets, say
+        s.data(2 * MS, Client, 30); // the request goes on
+        s.data(3 * MS, Server, 200);
+        let mut x = Exchanges::default();
+        x.undoable();
+        let (e, r) = (&s.events, Release::default());
+        assert!(x.step(&e[0], None, r, [0, 0], true).is_none());
+        assert!(x.step(&e[1], None, r, [0, 0], true).is_none());
+        x.unstart_response();
+        for ev in &e[2..] {
+            assert!(x.step(ev, None, r, [0, 0], true).is_none(), "one exchange, not two");
+        }
+        let done = x.finish().expect("the exchange");
+        assert_eq!((done.req_bytes, done.req_last, done.resp_first, done.resp_bytes), (130, 2 * MS, 3 * MS, 200));
     }
 
     #[test]

@@ -230,7 +230,7 @@ impl Detectors {
         }
         let rtt = [info.rtt_to(Side::Client), info.rtt_to(Side::Server)];
         if let Some(x) = self.exchanges.step(ev, stall.as_ref(), release, rtt, app) {
-            out(Observation::Exchange(x));
+            out(Observation::Exchange(*x));
         }
         if let Some(o) = self.handshake.step(ev) {
             out(o);
@@ -258,6 +258,7 @@ impl Detectors {
                 return true;
             }
             self.tls = Some(Box::default());
+            self.exchanges.undoable();
         }
         let Some(t) = self.tls.as_mut() else { return true };
         let s = t.segment(side, ev.frame, seq, len, seg.payload, ev.ack);

@@ -58,6 +58,9 @@ struct Conn<T> {
     totals: Totals,
     closed: bool,
     settle: Settle,
+    /// The client is the key's lower end: a segment's side follows from its
+    /// key's orientation, without comparing endpoints.
+    client_lo: bool,
 }
 
 /// Both endpoints as integers (IPv4 mapped into IPv6), lower end first:
@@ -77,19 +80,22 @@ fn addr_bits(e: &Endpoint) -> u128 {
     }
 }
 
+/// The key of a segment from `a` to `b`, and whether `a` is its lower end.
 #[inline]
-fn key(a: &Endpoint, b: &Endpoint) -> Key {
+fn key(a: &Endpoint, b: &Endpoint) -> (Key, bool) {
     let (x, y) = (addr_bits(a), addr_bits(b));
     if (x, a.port) <= (y, b.port) {
-        Key { lo: x, hi: y, ports: u32::from(a.port) << 16 | u32::from(b.port) }
+        (Key { lo: x, hi: y, ports: u32::from(a.port) << 16 | u32::from(b.port) }, true)
     } else {
-        Key { lo: y, hi: x, ports: u32::from(b.port) << 16 | u32::from(a.port) }
+        (Key { lo: y, hi: x, ports: u32::from(b.port) << 16 | u32::from(a.port) }, false)
     }
 }
 
 /// Tracks every connection in a capture.
 pub struct Tracker<T> {
-    map: FxHashMap<Key, Conn<T>>,
+    /// Boxed: the probe then walks small entries (key and pointer), not
+    /// connections of a kilobyte and more.
+    map: FxHashMap<Key, Box<Conn<T>>>,
     next_id: ConnId,
     since_sweep: u32,
     idle_ns: i64,
@@ -176,7 +182,7 @@ impl<T: Default> Tracker<T> {
             self.since_sweep = 0;
             self.sweep(seg.ts_ns, sink);
         }
-        let k = key(&seg.src, &seg.dst);
+        let (k, src_lo) = key(&seg.src, &seg.dst);
         // One hash lookup on the common path: the connection exists and is not being reused.
         if let Some(c) = self.map.get_mut(&k) {
             let reused = seg.flags.syn() && !seg.flags.ack() && {
@@ -184,7 +190,7 @@ impl<T: Default> Tracker<T> {
                 (c.closed || h.fin) && h.isn != Some(seg.seq)
             };
             if !reused {
-                step(c, seg, sink, &mut self.roles);
+                step(c, seg, src_lo, sink, &mut self.roles);
                 return;
             }
             if let Some(old) = self.map.remove(&k) {
@@ -197,13 +203,13 @@ impl<T: Default> Tracker<T> {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
         self.roles.met(seg.src, seg.dst);
-        let conn = self.map.entry(k).or_insert(new_conn(id, seg, &self.roles));
-        step(conn, seg, sink, &mut self.roles);
+        let conn = self.map.entry(k).or_insert_with(|| Box::new(new_conn(id, seg, src_lo, &self.roles)));
+        step(conn, seg, src_lo, sink, &mut self.roles);
     }
 
     /// Finishes every connection still open (end of capture), in id order.
     pub fn finish<S: Sink<T>>(&mut self, sink: &mut S) {
-        let mut rest: Vec<Conn<T>> = self.map.drain().map(|(_, c)| c).collect();
+        let mut rest: Vec<Box<Conn<T>>> = self.map.drain().map(|(_, c)| c).collect();
         rest.sort_by_key(|c| c.info.id);
         for c in rest {
             sink.close(&c.info, c.state, &c.totals);
@@ -228,7 +234,7 @@ impl<T: Default> Tracker<T> {
     }
 }
 
-fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>, roles: &Roles) -> Conn<T> {
+fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>, src_lo: bool, roles: &Roles) -> Conn<T> {
     let (server, roles, settle) = if seg.flags.syn() {
         (if seg.flags.ack() { seg.src } else { seg.dst }, RoleSource::Handshake, Settle::Done)
     } else {
@@ -252,6 +258,7 @@ fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>, roles: &Roles) -> Conn<T>
         totals: Totals { first_ts: seg.ts_ns, first_frame: seg.frame, ..Totals::default() },
         closed: false,
         settle,
+        client_lo: (client == seg.src) == src_lo,
     }
 }
 
@@ -272,11 +279,11 @@ fn prompt(s: &Sample, seg: &Segment<'_>, max_len: u32) -> bool {
         || s.ns < crate::detect::nagle::LATE_NS
 }
 
-fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S, roles: &mut Roles) {
+fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool, sink: &mut S, roles: &mut Roles) {
     if c.settle != Settle::Done && (seg.len > 0 || seg.flags.syn()) {
         settle(c, seg, sink, roles);
     }
-    let from = if seg.src == c.info.client { Side::Client } else { Side::Server };
+    let from = if src_lo == c.client_lo { Side::Client } else { Side::Server };
     let (me, peer) = {
         let [a, b] = &mut c.half;
         if from == Side::Client { (a, b) } else { (b, a) }

@@ -142,7 +142,7 @@ pub fn decode(
     }
     let len = l4_wire_len - hl;
     let payload = l4.get(hl..).unwrap_or(&[]);
-    Ok(Some(Segment {
+    let mut seg = Segment {
         frame,
         ts_ns,
         src: Endpoint { ip: src, port: tcp.src_port() },
@@ -152,11 +152,17 @@ pub fn decode(
         flags: tcp.flags(),
         window: tcp.window(),
         len: len as u32,
-        options: if tcp.flags().syn() { tcp.options() } else { TcpOptions::default() },
+        options: TcpOptions::default(),
         tcp_options: tcp.option_bytes(),
         payload: &payload[..payload.len().min(len)],
         ip_id,
-    }))
+    };
+    // Set afterwards, not chosen inside the literal: the choice built the
+    // options on the stack and copied them in, which stalled on every packet.
+    if seg.flags.syn() {
+        seg.options = tcp.options();
+    }
+    Ok(Some(seg))
 }
 
 /// The IP packet's length on the wire. A zero length field (TSO/GSO frames

@@ -35,6 +35,7 @@ impl<T: Default> Conn<T> {
         }
         let i = &mut self.info;
         std::mem::swap(&mut i.client, &mut i.server);
+        self.client_lo = !self.client_lo;
         i.mss.swap(0, 1);
         i.rtt_to.swap(0, 1);
         self.half.swap(0, 1);
