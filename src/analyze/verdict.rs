@@ -195,11 +195,11 @@ fn nagle_finding(
         rtt_to_client_ms: rtt_c.map(ms),
         rtt_to_server_ms: rtt_s.map(ms),
         time_lost_ms: ms(lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
         with_loss: a.with_loss.count(),
         with_loss_ms: lossy,
         with_loss_time_ms: ms(a.with_loss_ns),
-        with_loss_frames: a.with_loss_examples.clone(),
+        with_loss_frames: a.with_loss_examples.frames(),
         fix: nagle_fixes(ep, side, &peer, software.as_deref()),
         server_software: software,
         server_name: name,
@@ -261,7 +261,7 @@ fn retrans_finding(server: Endpoint, from: Side, a: &CountAgg) -> RetransFinding
         connections: a.connections,
         delay_ms: d,
         time_lost_ms: ms(a.lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
     }
 }
 
@@ -284,7 +284,7 @@ fn syn_finding(server: Endpoint, from: Side, a: &CountAgg) -> SynFinding {
         retries: a.retries,
         connect_ms: d,
         time_lost_ms: ms(a.lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
     }
 }
 
@@ -304,7 +304,7 @@ fn zero_finding(server: Endpoint, from: Side, a: &CountAgg) -> ZeroWindowFinding
         events: a.events,
         closed_ms: d,
         time_lost_ms: ms(a.lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
     }
 }
 
@@ -352,7 +352,7 @@ fn app_finding(server: Endpoint, s: &ServerAgg, tcp_cause: bool) -> Option<AppLa
         exchanges: s.exchanges,
         think_ms: think,
         time_lost_ms: ms(s.slow_think_ns),
-        example_frames: s.slow_examples.clone(),
+        example_frames: s.slow_examples.frames(),
     })
 }
 

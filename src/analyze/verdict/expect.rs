@@ -28,7 +28,7 @@ pub(super) fn expect_finding(client: IpAddr, server: Endpoint, a: &CountAgg) -> 
         connections: a.connections,
         wait_ms: d,
         time_lost_ms: ms(a.lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
         fix: vec![
             format!(
                 "Server ({server}): answer a request carrying `Expect: 100-continue` at once, with `100 Continue` or with its final status."

@@ -43,7 +43,7 @@ pub(super) fn network_finding(server: Endpoint, s: &ServerAgg) -> Option<Network
         rtt_share: (share * 1000.0).round() / 1000.0,
         round_trips_per_exchange: (rounds * 100.0).round() / 100.0,
         time_lost_ms: ms(path),
-        example_frames: s.path_examples.clone(),
+        example_frames: s.path_examples.frames(),
         fix,
     })
 }
