@@ -403,13 +403,14 @@ mod tests {
 
     #[test]
     fn every_connection_s_worst_comes_before_any_second_worst() {
+        // Connections a, b, c first seen at frames 1, 2, 3; c closes before b.
         let mut k = Kept::<3>::default();
-        k.keep((1, -90), ladder("a #2"));
-        k.keep((0, -40), ladder("b #1"));
-        k.keep((0, -50), ladder("a #1"));
-        k.keep((0, -40), ladder("c #1, tied with b: after it"));
-        assert!(!k.worth((1, -1000)) && !k.worth((0, -40)) && k.worth((0, -41)));
-        k.keep((2, -500), ladder("not kept"));
+        k.keep((1, -90, 1), ladder("a #2"));
+        k.keep((0, -40, 3), ladder("c #1, tied with b: after it"));
+        k.keep((0, -50, 1), ladder("a #1"));
+        k.keep((0, -40, 2), ladder("b #1"));
+        assert!(!k.worth((1, -1000, 0)) && !k.worth((0, -40, 4)) && k.worth((0, -40, 1)) && k.worth((0, -41, 9)));
+        k.keep((2, -500, 0), ladder("not kept"));
         let titles: Vec<String> = k.into_ladders().into_iter().map(|l| l.title).collect();
         assert_eq!(titles, ["a #1", "b #1", "c #1, tied with b: after it"]);
     }

@@ -383,6 +383,7 @@ pub(crate) fn dur_ms(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analyze::ARRIVAL;
     use crate::detect::{Exchange, Stall, Times};
 
     /// Stalls of a server captured next to it, 80 ms from the client whose timer is 42 ms.
@@ -403,7 +404,7 @@ mod tests {
                 timer: false,
                 tls: Default::default(),
             };
-            a.add([10, 0, 0, 2].into(), &s);
+            a.add(ARRIVAL, [10, 0, 0, 2].into(), &s);
         }
         a.add_rtt([Some(path), Some(30_000)], 3);
         a.add_rtt([Some(path), None], 2);
@@ -424,7 +425,7 @@ mod tests {
             timer: false,
             tls: Default::default(),
         };
-        a.add([10, 0, 0, 2].into(), &s);
+        a.add(ARRIVAL, [10, 0, 0, 2].into(), &s);
         assert_eq!(nagle_finding(ep, &a, 6, None, None).nagle_side.role, "server");
     }
 
@@ -434,7 +435,7 @@ mod tests {
         let s = m.servers.entry(server).or_default();
         for _ in 0..10 {
             let t = Times { think: 50_000_000, total: 50_000_000, ..Times::default() };
-            s.add_exchange(&t, &Exchange::default());
+            s.add_exchange(ARRIVAL, &t, &Exchange::default());
         }
         if with_nagle {
             let st = Stall {
@@ -448,7 +449,7 @@ mod tests {
                 timer: false,
                 tls: Default::default(),
             };
-            m.nagle.entry(server).or_default().add([127, 0, 0, 2].into(), &st);
+            m.nagle.entry(server).or_default().add(ARRIVAL, [127, 0, 0, 2].into(), &st);
         }
         let r = build(m, Vec::new());
         r.findings.iter().find(|f| matches!(f, Finding::AppLatency(_))).expect("app latency").summary().to_string()
@@ -479,7 +480,7 @@ mod tests {
                 timer,
                 tls: Default::default(),
             };
-            a.add([127, 0, 0, 2].into(), &st);
+            a.add(ARRIVAL, [127, 0, 0, 2].into(), &st);
         }
         match build(m, Vec::new()).findings.into_iter().next() {
             Some(Finding::NagleDelayedAck(n)) => n,

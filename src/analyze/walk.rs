@@ -14,7 +14,6 @@ use crate::tcp::table::SWEEP_EVERY;
 use crate::wire::{Segment, WireError};
 
 /// What reading a file counted (the same however its connections are split).
-#[derive(Default)]
 pub(super) struct Reading {
     pub(super) n: u64,
     pub(super) first_ts: Option<i64>,
@@ -25,6 +24,21 @@ pub(super) struct Reading {
     pub(super) other: u64,
     pub(super) bad: u64,
     pub(super) first_bad: Option<(u64, String)>,
+}
+
+impl Default for Reading {
+    fn default() -> Reading {
+        Reading {
+            n: 0,
+            first_ts: None,
+            last_ts: i64::MIN,
+            clamped: 0,
+            unsupported: Vec::new(),
+            other: 0,
+            bad: 0,
+            first_bad: None,
+        }
+    }
 }
 
 impl Reading {

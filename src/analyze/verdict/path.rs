@@ -62,7 +62,7 @@ mod tests {
             let total = network + think + stall + transfer;
             let t = Times { network, think, transfer, stall, total, ..Times::default() };
             let x = Exchange { rounds, first_frame: 4 * k + 1, last_frame: 4 * k + 4, ..Exchange::default() };
-            s.add_exchange(&t, &x);
+            s.add_exchange(crate::analyze::ARRIVAL, &t, &x);
         }
         s.rtt.record_n(network, n as u32);
         s
