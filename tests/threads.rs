@@ -194,6 +194,18 @@ fn a_mixture_of_real_captures_reports_the_same_on_one_two_and_three_threads() {
     assert!(kinds.contains(&"upstream_wait") && kinds.contains(&"zero_window"), "{kinds:?}");
 }
 
+/// A file cut in the middle of a record: the same damage, and the same
+/// report of what came before it, on any number of threads.
+#[test]
+fn a_damaged_mixture_reports_the_same_on_one_two_and_three_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = [("wwr_nagle.pcap", 30, false, ALL), ("midstream_port61000.pcap", 6, false, ALL)];
+    let mut bytes = mixture(&parts, 5_000_000, 13);
+    bytes.truncate(bytes.len() - 100);
+    let r = same_on_any_threads(&write(dir.path(), "cut.pcap", &bytes));
+    assert!(r["inputs"][0]["damage"].is_string(), "{}", r["inputs"][0]);
+}
+
 /// More frames than a sweep interval (connections closed long ago are
 /// finished mid-file) and more connections than the report lists.
 #[test]

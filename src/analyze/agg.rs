@@ -402,6 +402,20 @@ mod tests {
     }
 
     #[test]
+    fn shards_examples_merge_into_the_first_observed() {
+        // One thread observes (frame 10, conn 1), (11, 2), (12, 1), (13, 3) … in that order.
+        let (mut one, mut a, mut b) = (Examples::default(), Examples::default(), Examples::default());
+        for k in 0..8u64 {
+            let at = (10 + k, k % 3);
+            one.push(at, &[k, k + 100]);
+            if k % 3 == 1 { &mut b } else { &mut a }.push(at, &[k, k + 100]);
+        }
+        a.merge(b, 2, true);
+        assert_eq!(a.frames(), one.frames());
+        assert_eq!(one.frames(), [0, 100, 1, 101, 2, 102, 3, 103, 4, 104]);
+    }
+
+    #[test]
     fn every_connection_s_worst_comes_before_any_second_worst() {
         // Connections a, b, c first seen at frames 1, 2, 3; c closes before b.
         let mut k = Kept::<3>::default();

@@ -1,160 +1,207 @@
-//! One file on several threads: this thread reads and decodes every packet
-//! once and hands each segment to the shard that owns its connection (by a
-//! hash of both endpoints); each shard thread tracks and analyses its
-//! connections; the parts merge into exactly the report one thread makes
-//! (tests/threads.rs checks it on every capture).
+//! One file on several threads: each shard walks the whole (mapped) file,
+//! sorts every packet by a hash of its connection's endpoints (reading only
+//! addresses and ports), and analyses only its own connections; the parts
+//! merge into exactly the report one thread makes (tests/threads.rs checks
+//! it on every capture). Each shard reads the file itself: handing packets
+//! from one thread to another cost more than the walk (cache lines written
+//! on one core and read on another).
 //!
 //! What crosses connections is made shard-safe: role evidence is shared in
 //! frame order ([`crate::tcp::book`]); sweeps run on the frame count; every
 //! "first" or "earliest" is compared by when it was observed ([`super::agg::At`]);
 //! ladders and rows rank with a tie-break on the connection's first frame;
 //! connections are numbered after the merge, by first frame. Where the parts
-//! cannot merge exactly (an endpoint table filled up), the file is analysed
-//! again on one thread.
+//! cannot merge exactly (an endpoint table filled up, or the file changed
+//! under the walks), the file is analysed again on one thread.
 
 use super::agg::{FileResult, MAX_ENDPOINTS};
 use super::walk::{Analyser, Ending, Reading, Walked, sweep_due};
 use super::{Options, conn_label};
-use crate::capture::Capture;
+use crate::capture::{Capture, LinkType, Network, network_layer};
 use crate::tcp::book::{Hub, Shared};
 use crate::tcp::roles::Ephemeral;
-use crate::wire::Segment;
-use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use crate::wire::{self, Endpoint, Ipv4Header};
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Packets per round handed to the shards.
-const ROUND_PACKETS: usize = 4096;
-/// Rounds a shard may lag behind the reader: bounds the memory in flight,
-/// and keeps every shard within ~1 MB × this of the reader, inside the
-/// window of the file the reader keeps mapped.
-const ROUNDS_AHEAD: u64 = 4;
-/// Bytes of packets that end a round early (large frames).
-const ROUND_BYTES: usize = 1 << 20;
+/// Packets between two looks at the stop flag (Ctrl-C) in a shard.
+const CHECK_EVERY: u64 = 1 << 16;
 
-enum Item<'a> {
-    Seg(Segment<'a>),
-    /// Sweep the table before this frame, at this time.
-    Sweep(u64, i64),
-}
-
-/// One round for one shard: its items, and the last frame read.
-struct Round<'a> {
-    items: Vec<Item<'a>>,
-    upto: u64,
-}
-
-/// The shard (of `of`) that owns a segment's connection: the same for both directions.
+/// The shard (of `of`) that owns the connection between `a` and `b`: the same both ways.
 #[inline]
-fn owner(seg: &Segment<'_>, of: usize) -> usize {
-    let ends = if seg.src <= seg.dst { (seg.src, seg.dst) } else { (seg.dst, seg.src) };
-    let mut h = rustc_hash::FxHasher::default();
-    ends.hash(&mut h);
-    ((u128::from(h.finish()) * of as u128) >> 64) as usize
+fn owner(a: Endpoint, b: Endpoint, of: usize) -> usize {
+    #[inline]
+    fn mix(e: Endpoint) -> u64 {
+        let ip = match e.ip {
+            IpAddr::V4(v) => u64::from(u32::from(v)),
+            IpAddr::V6(v) => {
+                let x = u128::from(v);
+                (x as u64) ^ ((x >> 64) as u64)
+            }
+        };
+        (ip ^ u64::from(e.port) << 48).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    // A sum: the same whichever end sent the frame.
+    let h = mix(a).wrapping_add(mix(b));
+    ((u128::from(h ^ (h >> 29)) * of as u128) >> 64) as usize
 }
 
-/// One shard: analyses the rounds it is handed until the reader is done;
-/// its results, segments analysed and segments filtered out.
-fn shard(
-    rx: mpsc::Receiver<Round<'_>>,
-    mut a: Analyser<'_>,
-    done: &AtomicU64,
-    reader: &std::thread::Thread,
-) -> (FileResult, u64, u64) {
-    for round in rx {
-        for item in &round.items {
-            match item {
-                Item::Seg(seg) => {
-                    a.segment(seg);
-                    a.passed(seg.frame, false);
-                }
-                Item::Sweep(frame, ts) => a.sweep(*frame, *ts),
+/// The shard that owns a frame: its connection's, or the first for a frame
+/// of no connection. IPv4 is read as far as the ports only; other frames are
+/// decoded. A frame that decodes to a segment always gets its connection's
+/// shard (the same endpoints are read either way).
+#[inline]
+fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
+    if let Network::Ipv4(p) = network_layer(link, data)
+        && let Ok(ip) = Ipv4Header::parse(p)
+    {
+        let hl = ip.header_len();
+        return match p.get(hl..hl + 4) {
+            Some(t) if ip.protocol() == 6 && !ip.is_fragment() => {
+                let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
+                let (src, dst) =
+                    (Endpoint { ip: ip.src().into(), port: port(0) }, Endpoint { ip: ip.dst().into(), port: port(2) });
+                owner(src, dst, of)
             }
+            _ => 0,
+        };
+    }
+    match wire::decode(0, 0, link, data, data.len() as u32) {
+        Ok(Some(seg)) => owner(seg.src, seg.dst, of),
+        _ => 0,
+    }
+}
+
+/// Where the shards of a file stop after Ctrl-C: each notices the flag at a
+/// checkpoint and, until all have, may walk to its next one; then all walk
+/// to the furthest any went, so that they cover the same packets.
+struct Agreement {
+    flag: Option<&'static AtomicBool>,
+    /// (shards that noticed the flag or their end, last frame any may have walked).
+    state: Mutex<(usize, u64)>,
+    of: usize,
+}
+
+impl Agreement {
+    /// At a checkpoint before `frame` (or after the last frame, `done`):
+    /// the last frame to walk, once every shard has noticed.
+    fn check(&self, noticed: &mut bool, frame: u64, done: bool) -> Option<u64> {
+        let raised = self.flag.is_some_and(|f| f.load(Ordering::Relaxed));
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !*noticed && (raised || done) {
+            *noticed = true;
+            s.0 += 1;
         }
-        a.passed(round.upto, true);
-        done.fetch_add(1, Ordering::Release);
-        reader.unpark();
+        if !*noticed {
+            return None;
+        }
+        if s.0 == self.of {
+            s.1 = s.1.max(frame - 1);
+            return Some(s.1);
+        }
+        // Others have yet to notice: this shard may walk to its next checkpoint.
+        s.1 = s.1.max(if done { frame - 1 } else { frame - 1 + CHECK_EVERY });
+        None
+    }
+}
+
+/// Which shard a walk is, of how many, and what it shares with the others.
+struct Part<'a> {
+    index: usize,
+    of: usize,
+    roles: Shared,
+    stop: &'a Agreement,
+}
+
+/// One shard's walk over the whole file, analysing its own connections.
+fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> Result<Walked, String> {
+    let Part { index, of, roles, stop } = part;
+    let mut packets = cap.packets_until(None).map_err(|e| e.to_string())?;
+    if index == 0
+        && let Some(p) = &opts.progress
+    {
+        packets.count_into(p.clone());
+    }
+    let mut a = Analyser::new(tag, opts, Some(roles));
+    let mut reading = Reading::default();
+    let (mut noticed, mut last, mut stopped_at) = (false, u64::MAX, None);
+    loop {
+        let offset = packets.offset();
+        let Some(p) = packets.next() else { break };
+        if p.frame % CHECK_EVERY == 0
+            && last == u64::MAX
+            && let Some(l) = stop.check(&mut noticed, p.frame, false)
+        {
+            last = l;
+        }
+        if p.frame > last {
+            stopped_at = Some(offset);
+            break;
+        }
+        a.passed(p.frame - 1, false);
+        let Some(ts) = reading.time(&p) else { continue };
+        if sweep_due(p.frame) {
+            a.sweep(p.frame, ts);
+        }
+        if shard_of(p.link, p.data, of) != index {
+            continue;
+        }
+        if let Some(seg) = reading.segment(p.frame, wire::decode(p.frame, ts, p.link, p.data, p.orig_len)) {
+            a.segment(&seg);
+        }
+    }
+    if stopped_at.is_none() {
+        // At its end: the others walk to it too.
+        stop.check(&mut noticed, reading.n + 1, true);
+    }
+    let mut end = Ending::of(&packets);
+    if let Some(offset) = stopped_at {
+        (end.stopped, end.offset) = (true, offset);
     }
     let (tcp, filtered) = (a.tcp, a.filtered);
-    (a.finish(), tcp, filtered)
+    Ok(Walked { r: a.finish(), reading, tcp, filtered, end })
 }
 
 /// Analyses `cap` in `of` shards; `None` when it cannot be (a stream) or
 /// when the parts cannot merge exactly.
-pub(super) fn run<'c>(
-    cap: &'c Capture,
-    tag: Option<usize>,
-    opts: &Options,
-    of: usize,
-) -> Result<Option<Walked>, String> {
-    let Some(base) = cap.bytes() else { return Ok(None) };
-    let mut packets = cap.packets_until(opts.stop).map_err(|e| e.to_string())?;
-    if let Some(p) = &opts.progress {
-        packets.count_into(p.clone());
+pub(super) fn run(cap: &Capture, tag: Option<usize>, opts: &Options, of: usize) -> Result<Option<Walked>, String> {
+    if cap.bytes().is_none() {
+        return Ok(None);
     }
     let hub = Hub::new(of, Ephemeral::host());
-    let done: Vec<AtomicU64> = (0..of).map(|_| AtomicU64::new(0)).collect();
-    let reader = std::thread::current();
-    let mut reading = Reading::default();
-    let parts: Vec<(FileResult, u64, u64)> = std::thread::scope(|s| {
-        let (mut txs, mut handles) = (Vec::new(), Vec::new());
-        for (i, done) in done.iter().enumerate() {
-            let (tx, rx) = mpsc::channel::<Round<'c>>();
-            let a = Analyser::new(tag, opts, Some(Shared::new(hub.clone(), i)));
-            let reader = &reader;
-            handles.push(s.spawn(move || shard(rx, a, done, reader)));
-            txs.push(tx);
-        }
-        let mut batches: Vec<Vec<Item<'c>>> = (0..of).map(|_| Vec::with_capacity(ROUND_PACKETS)).collect();
-        let (mut rounds, mut in_round, mut bytes) = (0u64, 0usize, 0usize);
-        let mut send = |batches: &mut Vec<Vec<Item<'c>>>, upto: u64| {
-            // Shards far behind: wait (they unpark this thread as they finish rounds).
-            while done.iter().any(|d| d.load(Ordering::Acquire) + ROUNDS_AHEAD < rounds) {
-                std::thread::park_timeout(std::time::Duration::from_millis(1));
-            }
-            for (tx, b) in txs.iter().zip(batches.iter_mut()) {
-                let items = std::mem::replace(b, Vec::with_capacity(ROUND_PACKETS));
-                // A shard that stopped (it panicked) is reported when joined.
-                let _ = tx.send(Round { items, upto });
-            }
-            rounds += 1;
-        };
-        let mut last = 0;
-        while let Some(p) = packets.next() {
-            last = p.frame;
-            let Some(ts) = reading.time(&p) else { continue };
-            if sweep_due(p.frame) {
-                batches.iter_mut().for_each(|b| b.push(Item::Sweep(p.frame, ts)));
-            }
-            // The packet lies in the capture's bytes, which outlive this walk.
-            let at = (p.data.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
-            let data = base.get(at..at + p.data.len()).expect("a walk over bytes in memory lends from them");
-            let decoded = crate::wire::decode(p.frame, ts, p.link, data, p.orig_len);
-            if let Some(seg) = reading.segment(p.frame, decoded) {
-                batches[owner(&seg, of)].push(Item::Seg(seg));
-            }
-            in_round += 1;
-            bytes += data.len();
-            if in_round >= ROUND_PACKETS || bytes >= ROUND_BYTES {
-                send(&mut batches, last);
-                (in_round, bytes) = (0, 0);
-            }
-        }
-        send(&mut batches, last);
-        drop(send);
-        drop(txs);
-        handles.into_iter().map(|h| h.join().expect("shard thread panicked")).collect()
+    let stop = Agreement { flag: opts.stop, state: Mutex::new((0, 0)), of };
+    let (hub, stop) = (&hub, &stop);
+    let walk = |index: usize| shard(cap, tag, opts, Part { index, of, roles: Shared::new(hub.clone(), index), stop });
+    let parts: Vec<Result<Walked, String>> = std::thread::scope(|s| {
+        let others: Vec<_> = (1..of).map(|i| s.spawn(move || walk(i))).collect();
+        let first = walk(0);
+        std::iter::once(first).chain(others.into_iter().map(|h| h.join().expect("shard thread panicked"))).collect()
     });
-    let mut w = Walked { r: FileResult::default(), reading, tcp: 0, filtered: 0, end: Ending::of(&packets) };
-    for (r, tcp, filtered) in parts {
-        (w.tcp, w.filtered) = (w.tcp + tcp, w.filtered + filtered);
-        w.r.merge_shard(r);
+    let mut parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter();
+    let mut w = parts.next().expect("at least one shard");
+    for p in parts {
+        if !same_walk(&w, &p) {
+            return Ok(None);
+        }
+        w.reading.add_owned(&p.reading);
+        (w.tcp, w.filtered) = (w.tcp + p.tcp, w.filtered + p.filtered);
+        w.r.merge_shard(p.r);
     }
     if w.r.dropped > 0 || over_cap(&w.r) {
         return Ok(None);
     }
     number(&mut w.r, tag);
     Ok(Some(w))
+}
+
+/// Whether two shards read the same packets (a file that changed under the walks does not).
+fn same_walk(a: &Walked, b: &Walked) -> bool {
+    let key = |w: &Walked| {
+        let (r, e) = (&w.reading, &w.end);
+        (r.n, r.first_ts, r.last_ts, e.damage.clone(), e.stopped, e.offset, e.skipped)
+    };
+    key(a) == key(b)
 }
 
 /// Whether one thread would have run out of room in an endpoint table (it

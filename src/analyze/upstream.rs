@@ -212,6 +212,29 @@ mod tests {
     }
 
     #[test]
+    fn the_earliest_spans_are_kept_whatever_order_they_come_in() {
+        let n = MAX_SPANS as i64 + 500;
+        let (mut backwards, mut halves) = (Windows::default(), [Windows::default(), Windows::default()]);
+        for i in (0..n).rev() {
+            backwards.add_span(i * 10, i * 10 + 5);
+            halves[(i % 2) as usize].add_span(i * 10, i * 10 + 5);
+        }
+        let [a, b] = halves;
+        let mut merged = a;
+        merged.merge(b);
+        for w in [&mut backwards, &mut merged] {
+            let mut s = vec![(ep(80), std::mem::take(w))];
+            s[0].1.spans_full |= earliest(&mut s[0].1.spans, MAX_SPANS, true);
+            assert!(s[0].1.spans_full);
+            assert_eq!(s[0].1.spans.len(), MAX_SPANS);
+            assert_eq!(
+                (s[0].1.spans[0], s[0].1.spans[MAX_SPANS - 1]),
+                ((0, 5), ((MAX_SPANS as i64 - 1) * 10, (MAX_SPANS as i64 - 1) * 10 + 5))
+            );
+        }
+    }
+
+    #[test]
     fn windows_past_the_kept_spans_are_not_judged() {
         let front = windows(&[(0, 50), (100, 150), (200, 250), (1_000_000, 1_000_050)], &[]);
         let mut up = windows(&[], &[(2, 45), (101, 149), (210, 248), (300, 400)]);

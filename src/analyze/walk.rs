@@ -1,7 +1,7 @@
-//! Reading a capture: every packet is counted, timed and decoded once
-//! ([`Reading`]); its segments go through the tracker, the detectors and the
-//! collector ([`Analyser`]), on the reading thread ([`walk`]) or split between
-//! shard threads (shards.rs).
+//! Reading a capture: every packet is counted and timed ([`Reading`]); its
+//! segments go through the tracker, the detectors and the collector
+//! ([`Analyser`]), all on one thread ([`walk`]) or split between shard
+//! threads that each walk the file (shards.rs).
 
 use super::collect::Collector;
 use super::{ConnState, Options, TS_SPAN_NS};
@@ -59,6 +59,17 @@ impl Reading {
             None => self.unsupported.push((p.link, 1)),
         }
         None
+    }
+
+    /// Adds another shard's counts of the frames it owned (the rest each shard counts alike).
+    pub(super) fn add_owned(&mut self, o: &Reading) {
+        self.other += o.other;
+        self.bad += o.bad;
+        if let Some(b) = &o.first_bad
+            && self.first_bad.as_ref().is_none_or(|a| b.0 < a.0)
+        {
+            self.first_bad = Some(b.clone());
+        }
     }
 
     /// The TCP segment a frame decoded to; counts the frames that are none.
