@@ -129,7 +129,7 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
     loop {
         let offset = packets.offset();
         let Some(p) = packets.next() else { break };
-        if p.frame % CHECK_EVERY == 0
+        if p.frame.is_multiple_of(CHECK_EVERY)
             && last == u64::MAX
             && let Some(l) = stop.check(&mut noticed, p.frame, false)
         {

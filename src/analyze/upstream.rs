@@ -222,15 +222,11 @@ mod tests {
         let [a, b] = halves;
         let mut merged = a;
         merged.merge(b);
+        let last = (MAX_SPANS as i64 - 1) * 10;
         for w in [&mut backwards, &mut merged] {
-            let mut s = vec![(ep(80), std::mem::take(w))];
-            s[0].1.spans_full |= earliest(&mut s[0].1.spans, MAX_SPANS, true);
-            assert!(s[0].1.spans_full);
-            assert_eq!(s[0].1.spans.len(), MAX_SPANS);
-            assert_eq!(
-                (s[0].1.spans[0], s[0].1.spans[MAX_SPANS - 1]),
-                ((0, 5), ((MAX_SPANS as i64 - 1) * 10, (MAX_SPANS as i64 - 1) * 10 + 5))
-            );
+            w.spans_full |= earliest(&mut w.spans, MAX_SPANS, true);
+            assert!(w.spans_full);
+            assert_eq!((w.spans.len(), w.spans[0], w.spans[MAX_SPANS - 1]), (MAX_SPANS, (0, 5), (last, last + 5)));
         }
     }
 

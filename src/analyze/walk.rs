@@ -91,7 +91,7 @@ impl Reading {
 /// every frame number, so every shard sweeps at the same times).
 #[inline]
 pub(super) fn sweep_due(frame: u64) -> bool {
-    frame % u64::from(SWEEP_EVERY) == 0
+    frame.is_multiple_of(u64::from(SWEEP_EVERY))
 }
 
 /// Where and how the walk over the file ended.
