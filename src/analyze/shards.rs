@@ -147,8 +147,10 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
         if shard_of(p.link, p.data, of) != index {
             continue;
         }
-        if let Some(seg) = reading.segment(p.frame, wire::decode(p.frame, ts, p.link, p.data, p.orig_len)) {
-            a.segment(&seg);
+        match wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
+            Ok(Some(seg)) => a.segment(&seg),
+            Ok(None) => reading.not_segment(p.frame, None),
+            Err(e) => reading.not_segment(p.frame, Some(e)),
         }
     }
     if stopped_at.is_none() {

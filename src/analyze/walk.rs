@@ -44,7 +44,7 @@ impl Default for Reading {
 impl Reading {
     /// Counts a packet: its time (clamped to the file's span), or `None`
     /// when its link type is not supported.
-    #[inline]
+    #[inline(always)]
     pub(super) fn time(&mut self, p: &Packet<'_>) -> Option<i64> {
         self.n += 1;
         let t0 = *self.first_ts.get_or_insert(p.ts_ns);
@@ -72,18 +72,16 @@ impl Reading {
         }
     }
 
-    /// The TCP segment a frame decoded to; counts the frames that are none.
-    #[inline]
-    pub(super) fn segment<'a>(&mut self, frame: u64, d: Result<Option<Segment<'a>>, WireError>) -> Option<Segment<'a>> {
-        match d {
-            Ok(Some(seg)) => return Some(seg),
-            Ok(None) => self.other += 1,
-            Err(e) => {
+    /// Counts a frame that decoded to no segment (`Err`: a malformed one).
+    #[cold]
+    pub(super) fn not_segment(&mut self, frame: u64, e: Option<WireError>) {
+        match e {
+            None => self.other += 1,
+            Some(e) => {
                 self.bad += 1;
                 self.first_bad.get_or_insert((frame, e.to_string()));
             }
         }
-        None
     }
 }
 
@@ -162,7 +160,7 @@ impl<'o> Analyser<'o> {
         self.tracker.expire(ts, &mut self.c);
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn segment(&mut self, seg: &Segment<'_>) {
         if self.filter.is_some_and(|f| !f.matches(seg)) {
             self.filtered += 1;
@@ -200,9 +198,10 @@ pub(super) fn walk(cap: &crate::capture::Capture, file_tag: Option<usize>, opts:
         if sweep_due(p.frame) {
             a.sweep(p.frame, ts);
         }
-        let decoded = crate::wire::decode(p.frame, ts, p.link, p.data, p.orig_len);
-        if let Some(seg) = reading.segment(p.frame, decoded) {
-            a.segment(&seg);
+        match crate::wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
+            Ok(Some(seg)) => a.segment(&seg),
+            Ok(None) => reading.not_segment(p.frame, None),
+            Err(e) => reading.not_segment(p.frame, Some(e)),
         }
     }
     let (tcp, filtered) = (a.tcp, a.filtered);
