@@ -232,3 +232,14 @@ fn more_servers_than_kept_reports_the_same_on_one_two_and_three_threads() {
     let warned = r["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("server endpoints"));
     assert!(warned, "{}", r["warnings"]);
 }
+
+/// A thread count outside 1–256 is a usage error naming the option (exit 2).
+#[test]
+fn a_thread_count_out_of_range_is_a_usage_error() {
+    for bad in ["0", "257", "two"] {
+        let o = tcpdoctor().args(["analyze", "--threads", bad]).arg(common::data("wwr_nagle.pcap")).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "--threads {bad}: {err}");
+        assert!(err.contains("--threads") && o.stdout.is_empty(), "--threads {bad}: {err}");
+    }
+}
