@@ -243,3 +243,29 @@ fn a_thread_count_out_of_range_is_a_usage_error() {
         assert!(err.contains("--threads") && o.stdout.is_empty(), "--threads {bad}: {err}");
     }
 }
+
+/// With `--filter`, and with several files sharing the threads (4 threads, 2
+/// files: each file split in 2; 6: in 3), the report is still the one-thread one.
+#[test]
+fn filters_and_several_files_report_the_same_on_any_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = [
+        ("midstream_port61000.pcap", 8, false, ALL),
+        ("wwr_nagle.pcap", 20, false, ALL),
+        ("think45.pcap", 10, false, ALL),
+    ];
+    let mix = write(dir.path(), "mix.pcap", &mixture(&parts, 3_000_000, 13));
+    let other = common::data("rtt/proxy_jdk.pcap");
+    let run = |threads: &str, args: &[&str]| {
+        let o = tcpdoctor().arg("analyze").args(args).args(["--json", "--threads", threads]).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    let (mix, other) = (mix.to_str().unwrap(), other.to_str().unwrap());
+    for args in [vec![mix, "--filter", "not port 61000"], vec![mix, other], vec![mix, other, "--filter", "tcp"]] {
+        let one = run("1", &args);
+        for n in ["2", "4", "6"] {
+            assert!(one == run(n, &args), "{args:?}: differs on {n} threads");
+        }
+    }
+}
