@@ -20,11 +20,23 @@ pub(crate) const STALLED_PER_CONN: usize = 3;
 pub(crate) const SLOWEST_LADDERS: usize = 10;
 
 /// Where a ladder ranks, best first: (its rank within its connection, minus its
-/// stall or total time, ns). Each connection's worst stalled exchange thus comes
-/// before any connection's second worst.
-pub(crate) type Rank = (usize, i64);
+/// stall or total time, ns, its connection's first frame). Each connection's
+/// worst stalled exchange thus comes before any connection's second worst;
+/// on a tie the connection seen first wins, whatever order they closed in.
+pub(crate) type Rank = (usize, i64, u64);
 
-/// The `N` best-ranked ladders (earlier first on ties).
+/// When something was observed, in the order one thread observes things:
+/// ((frame << 1) | phase, the connection's first frame), where phase 0 is the
+/// sweep of the table before the frame's packet and 1 the packet itself (see
+/// [`super::collect::Collector::at_packet`]). Shards of one file observe
+/// subsequences of that order, so "the first few" merge exactly.
+pub(crate) type At = (u64, u64);
+
+/// The `At` of observations that are never merged with another part's
+/// (`watch`): their order of arrival is their order.
+pub(crate) const ARRIVAL: At = (0, 0);
+
+/// The `N` best-ranked ladders.
 #[derive(Default)]
 pub(crate) struct Kept<const N: usize>(pub(crate) Vec<(Rank, Ladder)>);
 
@@ -68,6 +80,46 @@ pub(crate) fn bounded_entry<K: std::hash::Hash + Eq, V: Default>(m: &mut FxHashM
 /// Example frames kept per finding.
 pub(crate) const EXAMPLES: usize = 5;
 
+/// A finding's example frames: the first [`EXAMPLES`] groups observed (each
+/// group the frames of one event), with when they were observed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Examples(Vec<(At, u64)>);
+
+impl Examples {
+    /// Adds one event's frames, if fewer than [`EXAMPLES`] events are kept.
+    pub(crate) fn push(&mut self, at: At, frames: &[u64]) {
+        if self.0.len() < EXAMPLES * frames.len() {
+            self.0.extend(frames.iter().map(|&f| (at, f)));
+        }
+    }
+
+    /// The frames, in the order observed.
+    pub(crate) fn frames(&self) -> Vec<u64> {
+        self.0.iter().map(|e| e.1).collect()
+    }
+
+    /// Adds another input's examples (`per` frames an event): after these,
+    /// as frames of different files are not ordered, or (`shard`: another
+    /// part of the same file) in the order observed.
+    pub(crate) fn merge(&mut self, o: Examples, per: usize, shard: bool) {
+        let cap = EXAMPLES * per.max(1);
+        if shard {
+            // Groups of two shards never share a connection, so never an `At`.
+            let mut all = std::mem::take(&mut self.0);
+            all.extend(o.0);
+            all.sort_by_key(|e| e.0);
+            all.truncate(cap);
+            self.0 = all;
+        } else {
+            for g in o.0.chunks(per.max(1)) {
+                if self.0.len() < cap {
+                    self.0.extend_from_slice(g);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct NagleAgg {
     /// The role most of its stalls gave it (a connection whose roles were
@@ -75,7 +127,9 @@ pub(crate) struct NagleAgg {
     pub(crate) side: Option<Side>,
     /// Stalls by the role it had on their connection.
     pub(crate) votes: [u64; 2],
+    /// The ACKer of its last stall, and when that stall was observed.
     pub(crate) peer: Option<IpAddr>,
+    pub(crate) peer_at: At,
     pub(crate) stalls: Dist,
     /// The ACKer's own delay (round trip removed), and as seen at the capture point.
     pub(crate) acks: Dist,
@@ -88,11 +142,11 @@ pub(crate) struct NagleAgg {
     /// Exchanges on the connections that stalled.
     pub(crate) exchanges: u64,
     pub(crate) connections: u64,
-    pub(crate) examples: Vec<u64>,
+    pub(crate) examples: Examples,
     /// Nagle + loss: holds released by the sender's loss timer.
     pub(crate) with_loss: Dist,
     pub(crate) with_loss_ns: i64,
-    pub(crate) with_loss_examples: Vec<u64>,
+    pub(crate) with_loss_examples: Examples,
     /// Plain stalls over TLS: between two records, and behind a session ticket.
     pub(crate) tls_records: u64,
     pub(crate) tls_ticket: u64,
@@ -116,15 +170,17 @@ pub(crate) struct ServerAgg {
     /// The exchanges' client ↔ server round trip (each connection's last
     /// estimate, once per exchange: recorded as the connection closes).
     pub(crate) rtt: Dist,
-    pub(crate) path_examples: Vec<u64>,
+    pub(crate) path_examples: Examples,
     pub(crate) slow: u64,
     pub(crate) slow_think_ns: i64,
-    pub(crate) slow_examples: Vec<u64>,
+    pub(crate) slow_examples: Examples,
+    /// The `Server:` header of the first connection to close with one, and when it closed.
     pub(crate) software: Option<String>,
+    pub(crate) software_at: At,
     /// Slow windows and exchange spans for the upstream test (this file only).
     pub(crate) windows: Windows,
-    /// TLS server names (SNI) its clients asked for, the first few.
-    pub(crate) names: Vec<Box<str>>,
+    /// TLS server names (SNI) its clients asked for, the first few, with when each was first seen.
+    pub(crate) names: Vec<(At, Box<str>)>,
     pub(crate) more_names: bool,
 }
 
@@ -132,19 +188,33 @@ pub(crate) struct ServerAgg {
 const NAMES: usize = 4;
 
 impl ServerAgg {
-    /// Adds a server name (SNI) a client asked for.
-    pub(crate) fn add_name(&mut self, name: Box<str>) {
-        if self.names.len() < NAMES && !self.names.contains(&name) {
-            self.names.push(name);
-        } else if !self.names.contains(&name) {
+    /// Adds a server name (SNI) a client asked for, seen at `at`.
+    pub(crate) fn add_name(&mut self, at: At, name: Box<str>) {
+        if let Some(n) = self.names.iter_mut().find(|n| n.1 == name) {
+            n.0 = n.0.min(at);
+            return;
+        }
+        self.names.push((at, name));
+        // The first seen are kept, whatever order they come in (shards merge so).
+        self.names.sort_by_key(|n| n.0);
+        if self.names.len() > NAMES {
+            self.names.truncate(NAMES);
             self.more_names = true;
+        }
+    }
+
+    /// The server software of the connection that closed first with one.
+    pub(crate) fn add_software(&mut self, at: At, software: String) {
+        if self.software.is_none() || at < self.software_at {
+            (self.software, self.software_at) = (Some(software), at);
         }
     }
 
     /// Its server names, for output: "a.test, b.test, …".
     pub(crate) fn name(&self) -> Option<String> {
         let more = if self.more_names { ", …" } else { "" };
-        (!self.names.is_empty()).then(|| format!("{}{more}", self.names.join(", ")))
+        let names: Vec<&str> = self.names.iter().map(|n| &*n.1).collect();
+        (!names.is_empty()).then(|| format!("{}{more}", names.join(", ")))
     }
 }
 
@@ -160,7 +230,7 @@ pub(crate) struct CountAgg {
     pub(crate) inferred: u64,
     pub(crate) dist: Dist,
     pub(crate) lost_ns: i64,
-    pub(crate) examples: Vec<u64>,
+    pub(crate) examples: Examples,
 }
 
 /// One file's results, before merging.
@@ -180,9 +250,10 @@ pub(crate) struct FileResult {
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
     /// Connections whose roles were swapped by later evidence after something
-    /// was observed, or contradicted by content; the first of each (connection id, frame).
-    pub(crate) roles_corrected: (u64, Option<(String, u64)>),
-    pub(crate) roles_contradicted: (u64, Option<(String, u64)>),
+    /// was observed, or contradicted by content; the first to close of each
+    /// (when it closed, its id, the frame).
+    pub(crate) roles_corrected: (u64, Option<(At, String, u64)>),
+    pub(crate) roles_contradicted: (u64, Option<(At, String, u64)>),
     /// Ladders of the worst stalled exchanges, at most [`STALLED_PER_CONN`] per connection.
     pub(crate) stalled: Kept<STALLED_LADDERS>,
     /// Ladders of the slowest exchange of connections without a stall.
@@ -191,24 +262,23 @@ pub(crate) struct FileResult {
     pub(crate) warnings: Vec<String>,
     /// Observations dropped because their endpoint's map was full ([`MAX_ENDPOINTS`]).
     pub(crate) dropped: u64,
-}
-
-pub(crate) fn push_example(v: &mut Vec<u64>, frames: &[u64], per: usize) {
-    if v.len() < EXAMPLES * per {
-        v.extend_from_slice(frames);
-    }
+    /// First frame of each connection, in order (kept by shards, to number
+    /// the connections as one thread does).
+    pub(crate) created: Vec<u64>,
 }
 
 impl NagleAgg {
-    /// Adds a stall held by this endpoint; `peer` delayed its ACK.
-    pub(crate) fn add(&mut self, peer: IpAddr, s: &Stall) {
+    /// Adds a stall held by this endpoint, observed at `at`; `peer` delayed its ACK.
+    pub(crate) fn add(&mut self, at: At, peer: IpAddr, s: &Stall) {
         self.votes[s.nagle.idx()] += 1;
         self.side = Some(self.majority());
-        self.peer = Some(peer);
+        if self.peer.is_none() || at >= self.peer_at {
+            (self.peer, self.peer_at) = (Some(peer), at);
+        }
         if s.timer {
             self.with_loss.record(s.stall_ns);
             self.with_loss_ns = self.with_loss_ns.saturating_add(s.stall_ns);
-            push_example(&mut self.with_loss_examples, &[s.small_frame, s.held_frame], 2);
+            self.with_loss_examples.push(at, &[s.small_frame, s.held_frame]);
             return;
         }
         self.stalls.record(s.stall_ns);
@@ -220,10 +290,10 @@ impl NagleAgg {
         self.acks.record(s.ack_delay_ns);
         self.seen.record(s.ack_seen_ns);
         self.lost_ns = self.lost_ns.saturating_add(s.stall_ns);
-        push_example(&mut self.examples, &[s.small_frame, s.ack_frame, s.held_frame], 3);
+        self.examples.push(at, &[s.small_frame, s.ack_frame, s.held_frame]);
     }
 
-    fn majority(&self) -> Side {
+    pub(crate) fn majority(&self) -> Side {
         if self.votes[Side::Client.idx()] > self.votes[Side::Server.idx()] { Side::Client } else { Side::Server }
     }
 
@@ -246,8 +316,8 @@ impl NagleAgg {
 }
 
 impl ServerAgg {
-    /// Adds one exchange and its split.
-    pub(crate) fn add_exchange(&mut self, t: &Times, x: &Exchange) {
+    /// Adds one exchange and its split, observed at `at`.
+    pub(crate) fn add_exchange(&mut self, at: At, t: &Times, x: &Exchange) {
         self.exchanges += 1;
         self.total.record(t.total);
         self.think.record(t.think);
@@ -262,21 +332,19 @@ impl ServerAgg {
         let path = t.network.saturating_mul(i64::from(x.rounds.max(1))).min(t.total);
         self.sum_path = self.sum_path.saturating_add(path);
         self.rounds += u64::from(x.rounds.max(1));
-        push_example(&mut self.path_examples, &[x.first_frame, x.last_frame], 2);
+        self.path_examples.push(at, &[x.first_frame, x.last_frame]);
         if t.think >= SLOW_THINK_NS {
             self.slow += 1;
             self.slow_think_ns = self.slow_think_ns.saturating_add(t.think);
-            if self.slow_examples.len() < EXAMPLES * 2 {
-                // The last request frame is not tracked; the first is close enough to find it.
-                self.slow_examples.extend_from_slice(&[x.first_frame, x.last_frame]);
-            }
+            // The last request frame is not tracked; the first is close enough to find it.
+            self.slow_examples.push(at, &[x.first_frame, x.last_frame]);
         }
     }
 }
 
 impl CountAgg {
-    /// Adds a re-sent segment (`first`: the first on its connection).
-    pub(crate) fn add_retrans(&mut self, spurious: bool, frame: u64, since_ns: i64, first: bool) {
+    /// Adds a re-sent segment (`first`: the first on its connection), observed at `at`.
+    pub(crate) fn add_retrans(&mut self, at: At, spurious: bool, frame: u64, since_ns: i64, first: bool) {
         self.events += 1;
         self.spurious += u64::from(spurious);
         if !spurious {
@@ -285,158 +353,35 @@ impl CountAgg {
         }
         self.lost_ns = self.lost_ns.saturating_add(since_ns);
         self.connections += u64::from(first);
-        push_example(&mut self.examples, &[frame], 1);
+        self.examples.push(at, &[frame]);
     }
 
     /// Adds a connection whose SYN (or SYN-ACK) was re-sent.
-    pub(crate) fn add_syn(&mut self, retries: u32, delay_ns: i64, answered: bool, frames: [u64; 2]) {
+    pub(crate) fn add_syn(&mut self, at: At, retries: u32, delay_ns: i64, answered: bool, frames: [u64; 2]) {
         self.connections += 1;
         self.retries += u64::from(retries);
         self.unanswered += u64::from(!answered);
         self.dist.record(delay_ns);
         self.lost_ns = self.lost_ns.saturating_add(delay_ns);
-        push_example(&mut self.examples, &frames, 2);
+        self.examples.push(at, &frames);
     }
 
     /// Adds a request body that waited `wait_ns` for `100 Continue` (`first`: the first on its connection).
-    pub(crate) fn add_expect(&mut self, wait_ns: i64, frames: [u64; 2], first: bool, header_seen: bool) {
+    pub(crate) fn add_expect(&mut self, at: At, wait_ns: i64, frames: [u64; 2], first: bool, header_seen: bool) {
         self.events += 1;
         self.inferred += u64::from(!header_seen);
         self.connections += u64::from(first);
         self.dist.record(wait_ns);
         self.lost_ns = self.lost_ns.saturating_add(wait_ns);
-        push_example(&mut self.examples, &frames, 2);
+        self.examples.push(at, &frames);
     }
 
     /// Adds a window closed for `duration_ns`.
-    pub(crate) fn add_zero(&mut self, duration_ns: i64, frames: [u64; 2]) {
+    pub(crate) fn add_zero(&mut self, at: At, duration_ns: i64, frames: [u64; 2]) {
         self.events += 1;
         self.dist.record(duration_ns);
         self.lost_ns = self.lost_ns.saturating_add(duration_ns);
-        push_example(&mut self.examples, &frames, 2);
-    }
-}
-
-fn merge_map<K: std::hash::Hash + Eq, V: Default>(
-    into: &mut FxHashMap<K, V>,
-    from: FxHashMap<K, V>,
-    f: impl Fn(&mut V, V),
-) {
-    for (k, v) in from {
-        f(into.entry(k).or_default(), v);
-    }
-}
-
-fn merge_examples(into: &mut Vec<u64>, from: &[u64], per: usize) {
-    for chunk in from.chunks(per) {
-        push_example(into, chunk, per);
-    }
-}
-
-impl CountAgg {
-    fn absorb(&mut self, o: CountAgg) {
-        self.events += o.events;
-        self.spurious += o.spurious;
-        self.timeouts += o.timeouts;
-        self.unanswered += o.unanswered;
-        self.retries += o.retries;
-        self.connections += o.connections;
-        self.inferred += o.inferred;
-        self.dist.merge(&o.dist);
-        self.lost_ns = self.lost_ns.saturating_add(o.lost_ns);
-    }
-}
-
-impl FileResult {
-    /// Drops everything kept about one server endpoint (`watch` reuses its slot).
-    pub(crate) fn forget_server(&mut self, server: Endpoint) {
-        self.nagle.remove(&server);
-        self.servers.remove(&server);
-        for side in [Side::Client, Side::Server] {
-            for m in [&mut self.retrans, &mut self.syn, &mut self.zero] {
-                m.remove(&(server, side));
-            }
-        }
-        self.expect.retain(|k, _| k.1 != server);
-        self.upstream.remove(&server);
-    }
-
-    /// Adds another file's results (its input summary goes to `inputs`).
-    pub(crate) fn merge(&mut self, f: FileResult, inputs: &mut Vec<record::Input>) {
-        inputs.push(f.input);
-        merge_map(&mut self.nagle, f.nagle, |a, b| {
-            a.votes = [a.votes[0] + b.votes[0], a.votes[1] + b.votes[1]];
-            if a.side.or(b.side).is_some() {
-                a.side = Some(a.majority());
-            }
-            a.peer = a.peer.or(b.peer);
-            a.stalls.merge(&b.stalls);
-            a.acks.merge(&b.acks);
-            a.seen.merge(&b.seen);
-            for i in 0..2 {
-                a.rtt_sum[i] = a.rtt_sum[i].saturating_add(b.rtt_sum[i]);
-                a.rtt_n[i] += b.rtt_n[i];
-            }
-            a.lost_ns = a.lost_ns.saturating_add(b.lost_ns);
-            a.exchanges += b.exchanges;
-            a.connections += b.connections;
-            merge_examples(&mut a.examples, &b.examples, 3);
-            a.with_loss.merge(&b.with_loss);
-            a.with_loss_ns = a.with_loss_ns.saturating_add(b.with_loss_ns);
-            merge_examples(&mut a.with_loss_examples, &b.with_loss_examples, 2);
-            a.tls_records += b.tls_records;
-            a.tls_ticket += b.tls_ticket;
-        });
-        merge_map(&mut self.servers, f.servers, |a, b| {
-            a.exchanges += b.exchanges;
-            a.total.merge(&b.total);
-            a.think.merge(&b.think);
-            a.sum_total = a.sum_total.saturating_add(b.sum_total);
-            a.sum_network = a.sum_network.saturating_add(b.sum_network);
-            a.sum_think = a.sum_think.saturating_add(b.sum_think);
-            a.sum_client = a.sum_client.saturating_add(b.sum_client);
-            a.sum_transfer = a.sum_transfer.saturating_add(b.sum_transfer);
-            a.sum_stall = a.sum_stall.saturating_add(b.sum_stall);
-            a.sum_loss = a.sum_loss.saturating_add(b.sum_loss);
-            a.sum_path = a.sum_path.saturating_add(b.sum_path);
-            a.rounds += b.rounds;
-            a.rtt.merge(&b.rtt);
-            merge_examples(&mut a.path_examples, &b.path_examples, 2);
-            a.slow += b.slow;
-            a.slow_think_ns = a.slow_think_ns.saturating_add(b.slow_think_ns);
-            merge_examples(&mut a.slow_examples, &b.slow_examples, 2);
-            if a.software.is_none() {
-                a.software = b.software;
-            }
-            a.more_names |= b.more_names;
-            for n in b.names {
-                a.add_name(n);
-            }
-        });
-        for (into, from, per) in
-            [(&mut self.retrans, f.retrans, 1), (&mut self.syn, f.syn, 2), (&mut self.zero, f.zero, 2)]
-        {
-            merge_map(into, from, |a, b| {
-                merge_examples(&mut a.examples, &b.examples, per);
-                a.absorb(b);
-            });
-        }
-        merge_map(&mut self.upstream, f.upstream, |a, b| a.merge(&b));
-        merge_map(&mut self.expect, f.expect, |a, b| {
-            merge_examples(&mut a.examples, &b.examples, 2);
-            a.absorb(b);
-        });
-        self.conns.extend(f.conns);
-        self.conns_omitted += f.conns_omitted;
-        for (r, l) in f.stalled.0 {
-            self.stalled.keep(r, l);
-        }
-        for (r, l) in f.slowest.0 {
-            self.slowest.keep(r, l);
-        }
-        self.flow = self.flow.take().or(f.flow);
-        self.warnings.extend(f.warnings);
-        self.dropped += f.dropped;
+        self.examples.push(at, &frames);
     }
 }
 
@@ -457,14 +402,29 @@ mod tests {
     }
 
     #[test]
+    fn shards_examples_merge_into_the_first_observed() {
+        // One thread observes (frame 10, conn 1), (11, 2), (12, 1), (13, 3) … in that order.
+        let (mut one, mut a, mut b) = (Examples::default(), Examples::default(), Examples::default());
+        for k in 0..8u64 {
+            let at = (10 + k, k % 3);
+            one.push(at, &[k, k + 100]);
+            if k % 3 == 1 { &mut b } else { &mut a }.push(at, &[k, k + 100]);
+        }
+        a.merge(b, 2, true);
+        assert_eq!(a.frames(), one.frames());
+        assert_eq!(one.frames(), [0, 100, 1, 101, 2, 102, 3, 103, 4, 104]);
+    }
+
+    #[test]
     fn every_connection_s_worst_comes_before_any_second_worst() {
+        // Connections a, b, c first seen at frames 1, 2, 3; c closes before b.
         let mut k = Kept::<3>::default();
-        k.keep((1, -90), ladder("a #2"));
-        k.keep((0, -40), ladder("b #1"));
-        k.keep((0, -50), ladder("a #1"));
-        k.keep((0, -40), ladder("c #1, tied with b: after it"));
-        assert!(!k.worth((1, -1000)) && !k.worth((0, -40)) && k.worth((0, -41)));
-        k.keep((2, -500), ladder("not kept"));
+        k.keep((1, -90, 1), ladder("a #2"));
+        k.keep((0, -40, 3), ladder("c #1, tied with b: after it"));
+        k.keep((0, -50, 1), ladder("a #1"));
+        k.keep((0, -40, 2), ladder("b #1"));
+        assert!(!k.worth((1, -1000, 0)) && !k.worth((0, -40, 4)) && k.worth((0, -40, 1)) && k.worth((0, -41, 9)));
+        k.keep((2, -500, 0), ladder("not kept"));
         let titles: Vec<String> = k.into_ladders().into_iter().map(|l| l.title).collect();
         assert_eq!(titles, ["a #1", "b #1", "c #1, tied with b: after it"]);
     }

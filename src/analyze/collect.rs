@@ -2,7 +2,7 @@
 //! folds what they observe into the file's aggregates, connection rows and ladders.
 
 use super::Options;
-use super::agg::{FileResult, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg, bounded_entry};
+use super::agg::{At, FileResult, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg, bounded_entry};
 use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
 use crate::record::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
 use crate::tcp::table::Totals;
@@ -26,6 +26,8 @@ pub struct ConnState {
 /// What the collector accumulates per connection.
 #[derive(Default)]
 struct Acc {
+    /// The connection's first frame (its order among connections, whatever shard holds it).
+    first_frame: u64,
     /// Index of this connection's server in `Collector::slots` (looked up once).
     server_slot: Option<usize>,
     exchanges: u64,
@@ -60,10 +62,15 @@ pub(super) struct Collector<'o> {
     slot_of: FxHashMap<Endpoint, usize>,
     /// Connections with a stalled exchange so far, open or closed.
     stalled_conns: usize,
+    /// When things are observed now: (frame << 1) | phase (see [`At`]).
+    now: u64,
+    /// Keep every connection's first frame (a shard: connections are numbered after the merge).
+    numbering: bool,
 }
 
 impl<'o> Collector<'o> {
-    pub(super) fn new(file_tag: Option<usize>, opts: &'o Options) -> Collector<'o> {
+    /// A collector; `numbering`: keep each connection's first frame, to number them after a merge.
+    pub(super) fn new(file_tag: Option<usize>, opts: &'o Options, numbering: bool) -> Collector<'o> {
         Collector {
             file_tag,
             opts,
@@ -71,25 +78,44 @@ impl<'o> Collector<'o> {
             slots: Vec::new(),
             slot_of: FxHashMap::default(),
             stalled_conns: 0,
+            now: 0,
+            numbering,
         }
     }
 
-    /// The file's results, once every connection is closed.
+    /// What follows is the sweep of the table before `frame`'s packet.
+    #[inline]
+    pub(super) fn at_sweep(&mut self, frame: u64) {
+        self.now = frame << 1;
+    }
+
+    /// What follows is `frame`'s packet.
+    #[inline]
+    pub(super) fn at_packet(&mut self, frame: u64) {
+        self.now = (frame << 1) | 1;
+    }
+
+    /// What follows is the end of the capture.
+    pub(super) fn at_end(&mut self) {
+        self.now = u64::MAX;
+    }
+
+    fn at(&self, st: &Acc) -> At {
+        (self.now, st.first_frame)
+    }
+
+    /// The file's results (or this shard's part of them), once every connection is closed.
     pub(super) fn finish(mut self) -> FileResult {
-        let mut windows: Vec<_> = self.slots.iter_mut().map(|(e, s)| (*e, std::mem::take(&mut s.windows))).collect();
-        self.r.upstream = super::upstream::link(&mut windows).into_iter().collect();
         self.r.servers = self.slots.drain(..).collect();
         self.r
     }
 
     fn conn_id(&self, id: u32) -> String {
-        match self.file_tag {
-            Some(f) => format!("{f}:{id}"),
-            None => id.to_string(),
-        }
+        super::conn_label(self.file_tag, id)
     }
 
     fn observe(&mut self, info: &ConnInfo, st: &mut Acc, o: Observation) {
+        let at = self.at(st);
         match o {
             Observation::Stall(s) => self.stall(info, st, s),
             Observation::Exchange(x) => self.exchange(info, st, x),
@@ -97,14 +123,14 @@ impl<'o> Collector<'o> {
                 st.retrans += 1;
                 st.lost_ns = st.lost_ns.saturating_add(since_ns);
                 match bounded_entry(&mut self.r.retrans, (info.server, from)) {
-                    Some(a) => a.add_retrans(spurious, frame, since_ns, st.retrans == 1),
+                    Some(a) => a.add_retrans(at, spurious, frame, since_ns, st.retrans == 1),
                     None => self.r.dropped += 1,
                 }
             }
             Observation::SynRetry { from, retries, delay_ns, answered, frames } => {
                 st.lost_ns = st.lost_ns.saturating_add(delay_ns);
                 match bounded_entry(&mut self.r.syn, (info.server, from)) {
-                    Some(a) => a.add_syn(retries, delay_ns, answered, frames),
+                    Some(a) => a.add_syn(at, retries, delay_ns, answered, frames),
                     None => self.r.dropped += 1,
                 }
             }
@@ -112,14 +138,14 @@ impl<'o> Collector<'o> {
                 st.expect_waits += 1;
                 st.lost_ns = st.lost_ns.saturating_add(wait_ns);
                 match bounded_entry(&mut self.r.expect, (info.client.ip, info.server)) {
-                    Some(a) => a.add_expect(wait_ns, frames, st.expect_waits == 1, header_seen),
+                    Some(a) => a.add_expect(at, wait_ns, frames, st.expect_waits == 1, header_seen),
                     None => self.r.dropped += 1,
                 }
             }
             Observation::ZeroWindow { from, duration_ns, frames } => {
                 st.lost_ns = st.lost_ns.saturating_add(duration_ns);
                 match bounded_entry(&mut self.r.zero, (info.server, from)) {
-                    Some(a) => a.add_zero(duration_ns, frames),
+                    Some(a) => a.add_zero(at, duration_ns, frames),
                     None => self.r.dropped += 1,
                 }
             }
@@ -130,8 +156,9 @@ impl<'o> Collector<'o> {
         st.lost_ns = st.lost_ns.saturating_add(s.stall_ns);
         // Only connections that never stalled offer their slowest exchange.
         st.slowest = None;
+        let at = self.at(st);
         match bounded_entry(&mut self.r.nagle, info.endpoint(s.nagle)) {
-            Some(a) => a.add(info.endpoint(s.nagle.other()).ip, &s),
+            Some(a) => a.add(at, info.endpoint(s.nagle.other()).ip, &s),
             None => self.r.dropped += 1,
         }
         if s.timer {
@@ -172,10 +199,11 @@ impl<'o> Collector<'o> {
     fn exchange(&mut self, info: &ConnInfo, st: &mut Acc, x: Exchange) {
         st.exchanges += 1;
         let times = x.times(info.rtt_to(Side::Client), info.rtt_to(Side::Server));
+        let at = self.at(st);
         match self.server_slot(info, st) {
             Some(slot) => {
                 let s = &mut self.slots[slot].1;
-                s.add_exchange(&times, &x);
+                s.add_exchange(at, &times, &x);
                 s.windows.add(&x, &times);
             }
             None => self.r.dropped += 1,
@@ -188,7 +216,7 @@ impl<'o> Collector<'o> {
             // Once enough connections have a stalled exchange, each one's worst fills the report.
             let per_conn = if self.stalled_conns >= STALLED_LADDERS { 1 } else { STALLED_PER_CONN };
             let at = st.stalled.partition_point(|w| w.0 >= st.cur_stall);
-            if at < per_conn && self.r.stalled.worth((at, -st.cur_stall)) {
+            if at < per_conn && self.r.stalled.worth((at, -st.cur_stall, st.first_frame)) {
                 let spare = if st.stalled.len() >= per_conn { st.stalled.pop() } else { None };
                 let rows = std::mem::replace(&mut st.cur, spare.map(|w| w.1).unwrap_or_default());
                 st.stalled.insert(at, (st.cur_stall, rows, times));
@@ -196,7 +224,7 @@ impl<'o> Collector<'o> {
             }
         } else if st.stalls == [0, 0]
             && st.slowest.as_ref().is_none_or(|w| times.total > w.1.total)
-            && self.r.slowest.worth((0, -times.total))
+            && self.r.slowest.worth((0, -times.total, st.first_frame))
         {
             let spare = st.slowest.take().map(|w| w.0).unwrap_or_default();
             st.slowest = Some((std::mem::replace(&mut st.cur, spare), times));
@@ -273,6 +301,10 @@ impl Sink<ConnState> for Collector<'_> {
         let ConnState { det, acc: st } = state;
         if !st.flow_checked {
             st.flow_checked = true;
+            st.first_frame = ev.frame;
+            if self.numbering {
+                self.r.created.push(ev.frame);
+            }
             if let Some(f) = &self.opts.flow
                 && (*f == self.conn_id(info.id) || *f == info.id.to_string())
             {
@@ -330,6 +362,7 @@ impl Sink<ConnState> for Collector<'_> {
         let ConnState { mut det, acc: mut st } = state;
         det.finish(totals.last_ts, &mut |o| self.observe(info, &mut st, o));
         let id = self.conn_id(info.id);
+        let (at, ff) = ((self.now, totals.first_frame), totals.first_frame);
         if info.roles == RoleSource::LowerPort {
             self.r.guessed_roles += 1;
         }
@@ -341,15 +374,15 @@ impl Sink<ConnState> for Collector<'_> {
         };
         if let Some(((count, first), frame)) = doubt {
             *count += 1;
-            first.get_or_insert((id.clone(), frame));
+            first.get_or_insert((at, id.clone(), frame));
         }
         if let Some(slot) = self.server_slot(info, &mut st) {
             let server = &mut self.slots[slot].1;
-            if server.software.is_none() {
-                server.software = det.server_software.take();
+            if let Some(sw) = det.server_software.take() {
+                server.add_software(at, sw);
             }
             if let Some(name) = det.server_name() {
-                server.add_name(name.into());
+                server.add_name(at, name.into());
             }
             server.rtt.record_n(info.rtt(), u32::try_from(st.exchanges).unwrap_or(u32::MAX));
         }
@@ -364,20 +397,22 @@ impl Sink<ConnState> for Collector<'_> {
         }
         let dur = crate::words::dur;
         for (rank, (stall, rows, times)) in std::mem::take(&mut st.stalled).into_iter().enumerate() {
-            if !self.r.stalled.worth((rank, -stall)) {
+            if !self.r.stalled.worth((rank, -stall, ff)) {
                 break;
             }
             let title = match rank {
                 0 => format!("Worst stalled exchange: connection {id}, {} lost", dur(stall)),
                 n => format!("Worst stalled exchange #{}: connection {id}, {} lost", n + 1, dur(stall)),
             };
-            self.r.stalled.keep((rank, -stall), Self::ladder(info, &id, title, rows, Some(exchange_times(&times))));
+            self.r.stalled.keep((rank, -stall, ff), Self::ladder(info, &id, title, rows, Some(exchange_times(&times))));
         }
         if let Some((rows, times)) = st.slowest.take()
-            && self.r.slowest.worth((0, -times.total))
+            && self.r.slowest.worth((0, -times.total, ff))
         {
             let title = format!("Slowest exchange: connection {id}, {} (no stall)", dur(times.total));
-            self.r.slowest.keep((0, -times.total), Self::ladder(info, &id, title, rows, Some(exchange_times(&times))));
+            self.r
+                .slowest
+                .keep((0, -times.total, ff), Self::ladder(info, &id, title, rows, Some(exchange_times(&times))));
         }
         if let Some(rows) = st.flow.take() {
             let title = format!("Connection {id}: {} → {}", info.client, info.server);
@@ -411,9 +446,7 @@ impl Sink<ConnState> for Collector<'_> {
             duration_ms: record::ms(totals.last_ts - totals.first_ts),
         });
         if self.r.conns.len() >= CONN_ROWS_MAX {
-            sort_conns(&mut self.r.conns);
-            self.r.conns_omitted += (self.r.conns.len() - CONN_ROWS_KEEP) as u64;
-            self.r.conns.truncate(CONN_ROWS_KEEP);
+            trim_conns(&mut self.r);
         }
     }
 }
@@ -427,6 +460,18 @@ fn confirm_tickets(st: &mut Acc, [a, b]: [u64; 2]) {
     }
 }
 
-fn sort_conns(v: &mut [record::Connection]) {
-    v.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(a.first_frame.cmp(&b.first_frame)));
+/// Keeps the [`CONN_ROWS_KEEP`] costliest connection rows (first seen first on ties).
+pub(super) fn trim_conns(r: &mut FileResult) {
+    r.conns.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(a.first_frame.cmp(&b.first_frame)));
+    r.conns_omitted += r.conns.len().saturating_sub(CONN_ROWS_KEEP) as u64;
+    r.conns.truncate(CONN_ROWS_KEEP);
+}
+
+/// Once rows were left out, the report keeps the costliest [`CONN_ROWS_KEEP`]
+/// of all (not of those left when the last trim happened): the same rows
+/// however the connections were split between shards.
+pub(super) fn final_conns(r: &mut FileResult) {
+    if r.conns_omitted > 0 || r.conns.len() >= CONN_ROWS_MAX {
+        trim_conns(r);
+    }
 }

@@ -1,22 +1,24 @@
-//! The `analyze` pipeline: capture → wire → tcp → detect → report, one file
-//! per thread, results merged.
+//! The `analyze` pipeline: capture → wire → tcp → detect → report. Files
+//! share the threads; a large file alone gets several (shards.rs); results
+//! merge.
 
 mod agg;
 mod collect;
 mod limits;
+mod merge;
+mod shards;
 mod upstream;
 pub(crate) mod verdict;
+mod walk;
 
-pub(crate) use agg::FileResult;
+pub(crate) use agg::{ARRIVAL, FileResult};
 pub use collect::ConnState;
 pub use limits::{RTO_NS, SLOW_THINK_NS};
 
-use crate::capture::{Capture, Format, LinkType};
+use crate::capture::Capture;
 use crate::filter::Filter;
 use crate::record::{self, Report};
-use crate::tcp::Tracker;
-use crate::wire;
-use collect::Collector;
+use walk::Walked;
 
 /// What to analyse and how.
 #[derive(Clone, Debug, Default)]
@@ -31,7 +33,18 @@ pub struct Options {
     pub progress: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     /// Once raised (Ctrl-C), every walk stops and the report covers what was read.
     pub stop: Option<&'static std::sync::atomic::AtomicBool>,
+    /// Threads in all (`None`: one per core, up to [`AUTO_THREADS`]). With
+    /// fewer files than threads, each file's connections are split between
+    /// `threads / files` of them; the report is the same for any number.
+    pub threads: Option<usize>,
 }
+
+/// Most threads used when none are asked for.
+pub const AUTO_THREADS: usize = 16;
+
+/// Smallest file split between threads when the thread count is automatic:
+/// below it, starting and merging shards costs about what they save.
+pub const SHARD_MIN_BYTES: u64 = 16 << 20;
 
 /// Timestamps further than this from a file's first packet (~13 days) are
 /// clamped: a damaged or stepped clock must not overflow the arithmetic
@@ -53,68 +66,51 @@ impl std::fmt::Display for InputError {
     }
 }
 
-fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Result<FileResult, InputError> {
+/// "N", or "F:N" for file F of several.
+pub(crate) fn conn_label(file_tag: Option<usize>, id: u32) -> String {
+    match file_tag {
+        Some(f) => format!("{f}:{id}"),
+        None => id.to_string(),
+    }
+}
+
+/// Analyses one capture in `shards` parts (1: today's single walk).
+fn analyze_file(
+    cap: &Capture,
+    file_tag: Option<usize>,
+    opts: &Options,
+    shards: usize,
+) -> Result<FileResult, InputError> {
     let err = |detail: String| InputError { file: cap.name.clone(), detail };
-    let mut packets = cap.packets_until(opts.stop).map_err(|e| err(e.to_string()))?;
-    if let Some(p) = &opts.progress {
-        packets.count_into(p.clone());
-    }
-    let mut c = Collector::new(file_tag, opts);
-    let mut tracker: Tracker<ConnState> = Tracker::default();
-    let (mut n, mut tcp, mut other, mut bad) = (0u64, 0u64, 0u64, 0u64);
-    let (mut first_ts, mut last_ts) = (None, i64::MIN);
-    let mut clamped = 0u64;
-    let mut unsupported: Vec<(LinkType, u64)> = Vec::new();
-    let mut first_bad: Option<(u64, String)> = None;
-    while let Some(p) = packets.next() {
-        n += 1;
-        let t0 = *first_ts.get_or_insert(p.ts_ns);
-        let ts = p.ts_ns.clamp(t0.saturating_sub(TS_SPAN_NS), t0.saturating_add(TS_SPAN_NS));
-        clamped += u64::from(ts != p.ts_ns);
-        last_ts = last_ts.max(ts);
-        if !p.link.supported() {
-            match unsupported.iter_mut().find(|(l, _)| *l == p.link) {
-                Some((_, k)) => *k += 1,
-                None => unsupported.push((p.link, 1)),
-            }
-            continue;
-        }
-        // Matched by reference: moving the segment out copies it, and reading
-        // its fields back from that copy stalls on every packet.
-        match &wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
-            Ok(Some(seg)) => {
-                if opts.filter.as_ref().is_some_and(|f| !f.matches(seg)) {
-                    other += 1;
-                    continue;
-                }
-                tcp += 1;
-                tracker.segment(seg, &mut c);
-            }
-            Ok(None) => other += 1,
-            Err(e) => {
-                bad += 1;
-                first_bad.get_or_insert((p.frame, e.to_string()));
-            }
-        }
-    }
-    tracker.finish(&mut c);
-    let format = match packets.format() {
-        Format::Pcap => "pcap",
-        Format::PcapNg => "pcapng",
+    let sharded = if shards > 1 { shards::run(cap, file_tag, opts, shards).map_err(err)? } else { None };
+    let w = match sharded {
+        Some(w) => w,
+        None => walk::walk(cap, file_tag, opts).map_err(err)?,
     };
-    let damage = packets.damage().map(|d| d.to_string());
-    let mut r = c.finish();
+    finish_file(cap, w)
+}
+
+/// The file's results from its walk(s): upstream links, warnings, input summary.
+fn finish_file(cap: &Capture, w: Walked) -> Result<FileResult, InputError> {
+    let err = |detail: String| InputError { file: cap.name.clone(), detail };
+    let Walked { mut r, reading, tcp, filtered, end } = w;
+    let walk::Reading { n, first_ts, last_ts, clamped, unsupported, other, bad, first_bad } = reading;
+    let walk::Ending { format, damage, stopped, offset, skipped } = end;
+    let other = other + filtered;
+    // In endpoint order: ties between upstreams go the same way however the servers were met.
+    let mut windows: Vec<_> = r.servers.iter_mut().map(|(e, s)| (*e, std::mem::take(&mut s.windows))).collect();
+    windows.sort_unstable_by_key(|w| w.0);
+    r.upstream = upstream::link(&mut windows).into_iter().collect();
+    collect::final_conns(&mut r);
     if let Some(d) = &damage {
         r.warnings.push(format!("{}: {d}; analysed the {n} packets before it", cap.name));
     }
-    if packets.stopped() {
+    if stopped {
         r.warnings.push(format!(
-            "{}: interrupted (Ctrl-C) after {n} packets, at offset {}; the report covers those",
-            cap.name,
-            packets.offset()
+            "{}: interrupted (Ctrl-C) after {n} packets, at offset {offset}; the report covers those",
+            cap.name
         ));
     }
-    let skipped = packets.undeclared();
     if let Some((k, at)) = skipped {
         r.warnings.push(format!(
             "{}: {k} packet blocks name an undeclared interface (first at offset {at}); skipped",
@@ -150,13 +146,13 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
             cap.name, r.guessed_roles
         ));
     }
-    if let (n, Some((id, frame))) = &r.roles_corrected {
+    if let (n, Some((_, id, frame))) = &r.roles_corrected {
         r.warnings.push(format!(
             "{}: {n} connections started before the capture had their client and server swapped by later evidence (first: connection {id}, frame {frame}); what was found before the swap was counted with the roles the other way round",
             cap.name
         ));
     }
-    if let (n, Some((id, frame))) = &r.roles_contradicted {
+    if let (n, Some((_, id, frame))) = &r.roles_contradicted {
         r.warnings.push(format!(
             "{}: {n} connections started before the capture look like client on both sides or server on both sides (first: connection {id}, frame {frame}); the roles from the first data were kept",
             cap.name
@@ -169,8 +165,10 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
             links.join(", ")
         )));
     }
-    if n == 0 && damage.is_some() {
-        return Err(err(packets.damage().map(|d| d.to_string()).unwrap_or_default()));
+    if n == 0
+        && let Some(d) = &damage
+    {
+        return Err(err(d.clone()));
     }
     r.input = record::Input {
         file: cap.name.clone(),
@@ -184,16 +182,34 @@ fn analyze_file(cap: &Capture, file_tag: Option<usize>, opts: &Options) -> Resul
         duration_ms: record::ms(last_ts - first_ts.unwrap_or(last_ts)),
         damage,
         skipped_blocks: skipped.map_or(0, |s| s.0),
-        interrupted: packets.stopped(),
+        interrupted: stopped,
     };
     Ok(r)
 }
 
-/// Analyses each capture (in parallel, one thread per file up to the core
-/// count) and merges the results. Fails only if no input could be read at all.
+/// Shards for `cap` when `per_file` threads are its share: only a file
+/// that can be walked more than once (not a stream), not for `--flow` (its
+/// id is known only after the merge), and with the automatic count only a
+/// large one.
+fn shards_for(cap: &Capture, opts: &Options, per_file: usize) -> usize {
+    let big = |len: u64| opts.threads.is_some() || len >= SHARD_MIN_BYTES;
+    match cap.len() {
+        Some(len) if opts.flow.is_none() && big(len) => per_file,
+        _ => 1,
+    }
+}
+
+/// Analyses each capture (in parallel: files share the threads, and with
+/// fewer files than threads each file is split between several) and merges
+/// the results. Fails only if no input could be read at all.
 pub fn analyze(captures: &[Capture], opts: &Options) -> Result<Report, InputError> {
     let tag = |i: usize| (captures.len() > 1).then_some(i + 1);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(captures.len()).max(1);
+    let total = opts
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()).min(AUTO_THREADS))
+        .max(1);
+    let threads = total.min(captures.len()).max(1);
+    let per_file = (total / captures.len().max(1)).max(1);
     let mut results: Vec<Option<Result<FileResult, InputError>>> = (0..captures.len()).map(|_| None).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -206,7 +222,8 @@ pub fn analyze(captures: &[Capture], opts: &Options) -> Result<Report, InputErro
                         if i >= captures.len() {
                             break mine;
                         }
-                        mine.push((i, analyze_file(&captures[i], tag(i), opts)));
+                        let shards = shards_for(&captures[i], opts, per_file);
+                        mine.push((i, analyze_file(&captures[i], tag(i), opts, shards)));
                     }
                 })
             })

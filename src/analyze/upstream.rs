@@ -9,16 +9,18 @@ use crate::detect::{Exchange, Times};
 use crate::dist::Dist;
 use crate::wire::Endpoint;
 
-/// Slow think windows kept per server: the first ones, enough to judge by.
+/// Slow think windows kept per server: the earliest ones, enough to judge by.
 const MAX_WAITS: usize = 1024;
-/// Exchange spans kept per server.
+/// Exchange spans kept per server: the earliest starting.
 const MAX_SPANS: usize = 8192;
 /// A window is the upstream's when its nested exchanges fill at least this share of it.
 const FILL_MIN: f64 = 0.5;
 /// Windows that must match before anything is said.
 const MATCHED_MIN: u64 = 3;
 
-/// What one server's exchanges leave for the nesting test.
+/// What one server's exchanges leave for the nesting test. Each list keeps
+/// its earliest entries (by time, not by arrival), so the lists of shards
+/// that each saw some of the connections merge into what one thread keeps.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Windows {
     /// Slow think windows: request end → first response byte, ns.
@@ -26,6 +28,38 @@ pub(crate) struct Windows {
     /// Whole exchanges: first request byte → last response byte, ns.
     spans: Vec<(i64, i64)>,
     spans_full: bool,
+    /// Once a list was cut, its largest kept entry: later ones not below it are dropped at once
+    /// (exchanges mostly come in time order, so most are).
+    cut: [Option<(i64, i64)>; 2],
+}
+
+/// Keeps the `cap` smallest of `v` (sorted if `sort`); says whether any were dropped.
+fn earliest(v: &mut Vec<(i64, i64)>, cap: usize, sort: bool) -> bool {
+    let dropped = v.len() > cap;
+    if dropped {
+        v.select_nth_unstable(cap);
+        v.truncate(cap);
+    }
+    if sort {
+        v.sort_unstable();
+    }
+    dropped
+}
+
+/// Adds `e` to `v`, which keeps its `cap` smallest; `cut` is the largest kept
+/// once `v` was cut. Says whether anything was dropped.
+fn add_earliest(v: &mut Vec<(i64, i64)>, cut: &mut Option<(i64, i64)>, cap: usize, e: (i64, i64)) -> bool {
+    if cut.is_some_and(|c| e >= c) {
+        return true;
+    }
+    v.push(e);
+    // A quarter past the cap the list is cut back to it: amortised O(1) per entry.
+    if v.len() >= cap + cap / 4 {
+        earliest(v, cap, false);
+        *cut = v.iter().max().copied();
+        return true;
+    }
+    false
 }
 
 impl Windows {
@@ -38,17 +72,23 @@ impl Windows {
     }
 
     fn add_span(&mut self, first: i64, last: i64) {
-        if self.spans.len() < MAX_SPANS {
-            self.spans.push((first, last));
-        } else {
-            self.spans_full = true;
-        }
+        self.spans_full |= add_earliest(&mut self.spans, &mut self.cut[0], MAX_SPANS, (first, last));
     }
 
     fn add_wait(&mut self, from: i64, to: i64) {
-        if self.waits.len() < MAX_WAITS && to > from {
-            self.waits.push((from, to));
+        if to > from {
+            add_earliest(&mut self.waits, &mut self.cut[1], MAX_WAITS, (from, to));
         }
+    }
+
+    /// Adds another shard's windows of the same server.
+    pub(crate) fn merge(&mut self, o: Windows) {
+        self.spans.extend(o.spans);
+        self.waits.extend(o.waits);
+        self.spans_full |= o.spans_full | earliest(&mut self.spans, MAX_SPANS, false);
+        let waits_cut = earliest(&mut self.waits, MAX_WAITS, false) || self.cut[1].is_some() || o.cut[1].is_some();
+        let max = |v: &[(i64, i64)], cut: bool| if cut { v.iter().max().copied() } else { None };
+        self.cut = [max(&self.spans, self.spans_full), max(&self.waits, waits_cut)];
     }
 }
 
@@ -90,7 +130,8 @@ impl UpstreamWait {
 /// most of them (if any fills at least one). Frees the kept windows.
 pub(crate) fn link(servers: &mut [(Endpoint, Windows)]) -> Vec<(Endpoint, UpstreamWait)> {
     for (_, w) in servers.iter_mut() {
-        w.spans.sort_unstable();
+        w.spans_full |= earliest(&mut w.spans, MAX_SPANS, true);
+        earliest(&mut w.waits, MAX_WAITS, true);
     }
     let mut out = Vec::new();
     for (i, (front, fw)) in servers.iter().enumerate() {
@@ -115,8 +156,8 @@ pub(crate) fn link(servers: &mut [(Endpoint, Windows)]) -> Vec<(Endpoint, Upstre
 
 fn judge(waits: &[(i64, i64)], up: &Windows, upstream: Endpoint) -> UpstreamWait {
     let mut r = UpstreamWait { upstream: Some(upstream), ..Default::default() };
-    // Past the last kept span nothing of the upstream is known: such windows are not judged.
-    let known_until = if up.spans_full { up.spans.iter().map(|s| s.1).max().unwrap_or(i64::MIN) } else { i64::MAX };
+    // Spans starting after the last kept one's start were dropped: windows ending later are not judged.
+    let known_until = if up.spans_full { up.spans.last().map_or(i64::MIN, |s| s.0) } else { i64::MAX };
     for &(a, b) in waits.iter().filter(|w| w.1 <= known_until) {
         r.judged += 1;
         let start = up.spans.partition_point(|s| s.0 < a);
@@ -168,6 +209,25 @@ mod tests {
         let up = windows(&[], &[(-5, 45), (90, 149), (199, 251)]);
         let mut s = vec![(ep(80), front), (ep(8081), up)];
         assert!(link(&mut s).is_empty());
+    }
+
+    #[test]
+    fn the_earliest_spans_are_kept_whatever_order_they_come_in() {
+        let n = MAX_SPANS as i64 + 500;
+        let (mut backwards, mut halves) = (Windows::default(), [Windows::default(), Windows::default()]);
+        for i in (0..n).rev() {
+            backwards.add_span(i * 10, i * 10 + 5);
+            halves[(i % 2) as usize].add_span(i * 10, i * 10 + 5);
+        }
+        let [a, b] = halves;
+        let mut merged = a;
+        merged.merge(b);
+        let last = (MAX_SPANS as i64 - 1) * 10;
+        for w in [&mut backwards, &mut merged] {
+            w.spans_full |= earliest(&mut w.spans, MAX_SPANS, true);
+            assert!(w.spans_full);
+            assert_eq!((w.spans.len(), w.spans[0], w.spans[MAX_SPANS - 1]), (MAX_SPANS, (0, 5), (last, last + 5)));
+        }
     }
 
     #[test]

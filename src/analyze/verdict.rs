@@ -195,11 +195,11 @@ fn nagle_finding(
         rtt_to_client_ms: rtt_c.map(ms),
         rtt_to_server_ms: rtt_s.map(ms),
         time_lost_ms: ms(lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
         with_loss: a.with_loss.count(),
         with_loss_ms: lossy,
         with_loss_time_ms: ms(a.with_loss_ns),
-        with_loss_frames: a.with_loss_examples.clone(),
+        with_loss_frames: a.with_loss_examples.frames(),
         fix: nagle_fixes(ep, side, &peer, software.as_deref()),
         server_software: software,
         server_name: name,
@@ -261,7 +261,7 @@ fn retrans_finding(server: Endpoint, from: Side, a: &CountAgg) -> RetransFinding
         connections: a.connections,
         delay_ms: d,
         time_lost_ms: ms(a.lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
     }
 }
 
@@ -284,7 +284,7 @@ fn syn_finding(server: Endpoint, from: Side, a: &CountAgg) -> SynFinding {
         retries: a.retries,
         connect_ms: d,
         time_lost_ms: ms(a.lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
     }
 }
 
@@ -304,7 +304,7 @@ fn zero_finding(server: Endpoint, from: Side, a: &CountAgg) -> ZeroWindowFinding
         events: a.events,
         closed_ms: d,
         time_lost_ms: ms(a.lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
     }
 }
 
@@ -352,7 +352,7 @@ fn app_finding(server: Endpoint, s: &ServerAgg, tcp_cause: bool) -> Option<AppLa
         exchanges: s.exchanges,
         think_ms: think,
         time_lost_ms: ms(s.slow_think_ns),
-        example_frames: s.slow_examples.clone(),
+        example_frames: s.slow_examples.frames(),
     })
 }
 
@@ -383,6 +383,7 @@ pub(crate) fn dur_ms(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analyze::ARRIVAL;
     use crate::detect::{Exchange, Stall, Times};
 
     /// Stalls of a server captured next to it, 80 ms from the client whose timer is 42 ms.
@@ -403,7 +404,7 @@ mod tests {
                 timer: false,
                 tls: Default::default(),
             };
-            a.add([10, 0, 0, 2].into(), &s);
+            a.add(ARRIVAL, [10, 0, 0, 2].into(), &s);
         }
         a.add_rtt([Some(path), Some(30_000)], 3);
         a.add_rtt([Some(path), None], 2);
@@ -424,7 +425,7 @@ mod tests {
             timer: false,
             tls: Default::default(),
         };
-        a.add([10, 0, 0, 2].into(), &s);
+        a.add(ARRIVAL, [10, 0, 0, 2].into(), &s);
         assert_eq!(nagle_finding(ep, &a, 6, None, None).nagle_side.role, "server");
     }
 
@@ -434,7 +435,7 @@ mod tests {
         let s = m.servers.entry(server).or_default();
         for _ in 0..10 {
             let t = Times { think: 50_000_000, total: 50_000_000, ..Times::default() };
-            s.add_exchange(&t, &Exchange::default());
+            s.add_exchange(ARRIVAL, &t, &Exchange::default());
         }
         if with_nagle {
             let st = Stall {
@@ -448,7 +449,7 @@ mod tests {
                 timer: false,
                 tls: Default::default(),
             };
-            m.nagle.entry(server).or_default().add([127, 0, 0, 2].into(), &st);
+            m.nagle.entry(server).or_default().add(ARRIVAL, [127, 0, 0, 2].into(), &st);
         }
         let r = build(m, Vec::new());
         r.findings.iter().find(|f| matches!(f, Finding::AppLatency(_))).expect("app latency").summary().to_string()
@@ -479,7 +480,7 @@ mod tests {
                 timer,
                 tls: Default::default(),
             };
-            a.add([127, 0, 0, 2].into(), &st);
+            a.add(ARRIVAL, [127, 0, 0, 2].into(), &st);
         }
         match build(m, Vec::new()).findings.into_iter().next() {
             Some(Finding::NagleDelayedAck(n)) => n,

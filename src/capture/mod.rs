@@ -23,7 +23,7 @@ use std::io::{Read, Seek};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicBool;
 
 /// One captured frame, borrowed from the capture's bytes.
 #[derive(Clone, Copy, Debug)]
@@ -91,8 +91,6 @@ pub(crate) struct Mapped {
     map: memmap2::Mmap,
     /// Kept open to learn the file's size if it shrinks during the walk.
     file: std::fs::File,
-    /// Bytes before this offset have been handed back to the kernel.
-    released: AtomicUsize,
 }
 
 impl Mapped {
@@ -103,7 +101,7 @@ impl Mapped {
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| OpenError::io(format!("cannot map: {e}")))?;
         let _ = map.advise(memmap2::Advice::Sequential);
         let guard = sigbus::register(map.as_ptr(), map.len());
-        Ok(Mapped { guard, map, file, released: AtomicUsize::new(0) })
+        Ok(Mapped { guard, map, file })
     }
 
     /// The file's size now.
@@ -113,8 +111,10 @@ impl Mapped {
 
     /// Tells the kernel the reader is at `offset`: map the next window now, and
     /// drop the pages more than a window behind from this process (they stay in
-    /// the page cache).
-    fn window(&self, offset: usize) {
+    /// the page cache). `released`: where this reader's earlier drops ended
+    /// (each reader of a file drops behind itself: pages another reader maps
+    /// again are dropped again by it).
+    fn window(&self, offset: usize, released: &std::cell::Cell<usize>) {
         let m = &self.map;
         let ahead = WINDOW.min(m.len().saturating_sub(offset));
         if ahead > 0 {
@@ -125,14 +125,14 @@ impl Mapped {
         }
         let page = 4096;
         let upto = offset.saturating_sub(WINDOW) / page * page;
-        let from = self.released.load(Ordering::Relaxed);
+        let from = released.get();
         if upto > from {
             // SAFETY: the walk is past these bytes and no slice into them is kept
             // (packets are decoded and dropped in order). For a read-only private
             // file mapping, DONTNEED only drops our page-table entries: a later
             // access would read the same file bytes again.
             let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, upto - from) };
-            self.released.store(upto, Ordering::Relaxed);
+            released.set(upto);
         }
     }
 }
@@ -224,6 +224,17 @@ impl Capture {
             Bytes::Mapped(m) => Some(m.map.len() as u64),
             Bytes::Owned(v) => Some(v.len() as u64),
             Bytes::Static(s) => Some(s.len() as u64),
+            Bytes::Stream(..) => None,
+        }
+    }
+
+    /// All its bytes, for a capture in memory or mapped (not a stream): the
+    /// packets a walk lends lie in them, for as long as the capture lives.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match &self.bytes {
+            Bytes::Mapped(m) => Some(&m.map),
+            Bytes::Owned(v) => Some(v),
+            Bytes::Static(s) => Some(s),
             Bytes::Stream(..) => None,
         }
     }

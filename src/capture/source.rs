@@ -203,6 +203,8 @@ pub(crate) struct Slice<'a> {
     pub(crate) map: Option<&'a Mapped>,
     /// End of the window the reader is in.
     window_end: usize,
+    /// Bytes before this offset were handed back to the kernel by this reader.
+    released: std::cell::Cell<usize>,
     /// Bytes known to be the file's: all of them until a read faulted.
     limit: usize,
     /// The fault offset `limit` was computed for.
@@ -212,13 +214,22 @@ pub(crate) struct Slice<'a> {
 
 impl<'a> Slice<'a> {
     pub(crate) fn new(bytes: &'a [u8], map: Option<&'a Mapped>) -> Slice<'a> {
-        Slice { bytes, pos: 0, map, window_end: WINDOW, limit: usize::MAX, seen: usize::MAX, tail_checked: false }
+        Slice {
+            bytes,
+            pos: 0,
+            map,
+            window_end: WINDOW,
+            released: std::cell::Cell::new(0),
+            limit: usize::MAX,
+            seen: usize::MAX,
+            tail_checked: false,
+        }
     }
 
     /// Read-ahead and release around the reader (mapped files).
     pub(crate) fn window(&self) {
         if let Some(m) = self.map {
-            m.window(self.pos);
+            m.window(self.pos, &self.released);
         }
     }
 

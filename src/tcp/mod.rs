@@ -2,6 +2,7 @@
 //! relative sequence numbers, roles (client/server) and a classification of
 //! every data segment (new, retransmitted, out of order).
 
+pub mod book;
 mod half;
 pub mod roles;
 pub mod table;

@@ -5,6 +5,7 @@ mod settle;
 #[cfg(test)]
 mod roles_tests;
 
+use super::book::{Book, Shared};
 use super::half::{Half, Sample};
 use super::roles::{Ephemeral, Roles};
 use super::{ConnId, ConnInfo, Event, EventKind, RoleSource, Side};
@@ -17,7 +18,7 @@ const LINGER_NS: i64 = 2_000_000_000;
 /// Connections silent this long are finished (their summaries freed).
 const IDLE_NS: i64 = 600_000_000_000;
 /// Packets between sweeps of the table.
-const SWEEP_EVERY: u32 = 1 << 16;
+pub const SWEEP_EVERY: u32 = 1 << 16;
 
 /// Receives the tracker's events. `T` is per-connection state owned by the sink.
 pub trait Sink<T> {
@@ -101,7 +102,9 @@ pub struct Tracker<T> {
     idle_ns: i64,
     max_conns: usize,
     evicted: u64,
-    roles: Roles,
+    /// The caller sweeps (with [`Tracker::expire`]) instead of every [`SWEEP_EVERY`] segments.
+    manual_sweeps: bool,
+    roles: Book,
 }
 
 impl<T: Default> Default for Tracker<T> {
@@ -122,15 +125,39 @@ impl<T: Default> Tracker<T> {
             idle_ns: idle_ns.max(1),
             max_conns: max_conns.max(1),
             evicted: 0,
-            roles: Roles::new(Ephemeral::host()),
+            manual_sweeps: false,
+            roles: Book::Own(Roles::new(Ephemeral::host())),
         }
     }
 
     /// The same tracker, taking ports in `e` as clients' (the default is
     /// [`Ephemeral::host`]).
     pub fn ephemeral(mut self, e: Ephemeral) -> Self {
-        self.roles = Roles::new(e);
+        self.roles = Book::Own(Roles::new(e));
         self
+    }
+
+    /// The same tracker, learning and judging roles with the other shards of
+    /// its file (see [`super::book`]); the caller then sweeps with
+    /// [`Tracker::expire`] on a clock every shard shares, and tells
+    /// [`Tracker::passed`] how far it got, so that no shard waits long for it.
+    pub fn shard(mut self, s: Shared) -> Self {
+        self.roles = Book::Shared(s);
+        self.manual_sweeps = true;
+        self
+    }
+
+    /// The same tracker, swept only by the caller (with [`Tracker::expire`]).
+    pub fn manual_sweeps(mut self) -> Self {
+        self.manual_sweeps = true;
+        self
+    }
+
+    /// Every segment of this tracker up to `frame` was fed (`all`: and it
+    /// waits for more; see [`super::book`]).
+    #[inline]
+    pub fn passed(&mut self, frame: u64, all: bool) {
+        self.roles.passed(frame, all);
     }
 
     /// Connections held now.
@@ -178,7 +205,7 @@ impl<T: Default> Tracker<T> {
     /// Feeds one segment (in capture order).
     pub fn segment<S: Sink<T>>(&mut self, seg: &Segment<'_>, sink: &mut S) {
         self.since_sweep += 1;
-        if self.since_sweep >= SWEEP_EVERY {
+        if self.since_sweep >= SWEEP_EVERY && !self.manual_sweeps {
             self.since_sweep = 0;
             self.sweep(seg.ts_ns, sink);
         }
@@ -202,31 +229,34 @@ impl<T: Default> Tracker<T> {
         }
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        self.roles.met(seg.src, seg.dst);
-        let conn = self.map.entry(k).or_insert_with(|| Box::new(new_conn(id, seg, src_lo, &self.roles)));
+        self.roles.met(seg.frame, seg.src, seg.dst);
+        let conn = self.map.entry(k).or_insert_with(|| Box::new(new_conn(id, seg, src_lo, &mut self.roles)));
         step(conn, seg, src_lo, sink, &mut self.roles);
     }
 
-    /// Finishes every connection still open (end of capture), in id order.
+    /// Finishes every connection still open (end of capture), in order of
+    /// their first frame (the same order whichever shard holds them).
     pub fn finish<S: Sink<T>>(&mut self, sink: &mut S) {
         let mut rest: Vec<Box<Conn<T>>> = self.map.drain().map(|(_, c)| c).collect();
-        rest.sort_by_key(|c| c.info.id);
+        rest.sort_by_key(|c| c.totals.first_frame);
         for c in rest {
             sink.close(&c.info, c.state, &c.totals);
         }
     }
 
     fn sweep<S: Sink<T>>(&mut self, now: i64, sink: &mut S) {
-        let done: Vec<Key> = self
+        let mut done: Vec<(u64, Key)> = self
             .map
             .iter()
             .filter(|(_, c)| {
                 let quiet = now - c.totals.last_ts;
                 (c.closed && quiet > LINGER_NS) || quiet > self.idle_ns
             })
-            .map(|(k, _)| *k)
+            .map(|(k, c)| (c.totals.first_frame, *k))
             .collect();
-        for k in done {
+        // By first frame, not the map's order: the same order whichever shard holds them.
+        done.sort_unstable_by_key(|d| d.0);
+        for (_, k) in done {
             if let Some(c) = self.map.remove(&k) {
                 sink.close(&c.info, c.state, &c.totals);
             }
@@ -234,11 +264,11 @@ impl<T: Default> Tracker<T> {
     }
 }
 
-fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>, src_lo: bool, roles: &Roles) -> Conn<T> {
+fn new_conn<T: Default>(id: ConnId, seg: &Segment<'_>, src_lo: bool, roles: &mut Book) -> Conn<T> {
     let (server, roles, settle) = if seg.flags.syn() {
         (if seg.flags.ack() { seg.src } else { seg.dst }, RoleSource::Handshake, Settle::Done)
     } else {
-        let (server, basis) = roles.judge(seg.src, seg.dst);
+        let (server, basis) = roles.judge(seg.frame, seg.src, seg.dst);
         (server, basis, Settle::Open)
     };
     let client = if server == seg.src { seg.dst } else { seg.src };
@@ -279,7 +309,7 @@ fn prompt(s: &Sample, seg: &Segment<'_>, max_len: u32) -> bool {
         || s.ns < crate::detect::nagle::LATE_NS
 }
 
-fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool, sink: &mut S, roles: &mut Roles) {
+fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool, sink: &mut S, roles: &mut Book) {
     if c.settle != Settle::Done && (seg.len > 0 || seg.flags.syn()) {
         settle(c, seg, sink, roles);
     }
@@ -319,7 +349,7 @@ fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool
     }
     if f.syn() {
         if f.ack() {
-            roles.server(seg.src);
+            roles.server(seg.frame, seg.src);
         }
         me.wscale = seg.options.wscale;
         me.mss = seg.options.mss;

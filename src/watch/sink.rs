@@ -12,7 +12,7 @@
 //! named endpoints only.
 
 use super::metrics::{Metrics, SlotMetrics};
-use crate::analyze::{FileResult, RTO_NS};
+use crate::analyze::{ARRIVAL, FileResult, RTO_NS};
 use crate::detect::{Detectors, Observation};
 use crate::dist::Dist;
 use crate::record::watch::{Finding, Kind};
@@ -269,7 +269,7 @@ impl WatchSink {
                 }
                 if named {
                     let s = self.agg.servers.entry(info.server).or_default();
-                    s.add_exchange(&t, &x);
+                    s.add_exchange(ARRIVAL, &t, &x);
                     s.rtt.record(t.network);
                 }
                 return;
@@ -280,7 +280,7 @@ impl WatchSink {
                 // Client endpoints come and go with their ports: only servers are kept by name.
                 if named && s.nagle == Side::Server {
                     c.1 += 1;
-                    self.agg.nagle.entry(info.server).or_default().add(info.client.ip, &s);
+                    self.agg.nagle.entry(info.server).or_default().add(ARRIVAL, info.client.ip, &s);
                 }
                 (Kind::NagleDelayedAck, s.nagle, s.stall_ns)
             }
@@ -288,7 +288,7 @@ impl WatchSink {
                 c.0 += 1;
                 if named {
                     let a = self.agg.retrans.entry((info.server, from)).or_default();
-                    a.add_retrans(spurious, frame, since_ns, c.0 == 1);
+                    a.add_retrans(ARRIVAL, spurious, frame, since_ns, c.0 == 1);
                 }
                 if spurious || since_ns < RTO_NS {
                     return; // fast retransmits and lost ACKs are not timeouts
@@ -297,13 +297,17 @@ impl WatchSink {
             }
             Observation::SynRetry { from, retries, delay_ns, answered, frames } => {
                 if named {
-                    self.agg.syn.entry((info.server, from)).or_default().add_syn(retries, delay_ns, answered, frames);
+                    self.agg
+                        .syn
+                        .entry((info.server, from))
+                        .or_default()
+                        .add_syn(ARRIVAL, retries, delay_ns, answered, frames);
                 }
                 (Kind::SynRetransmission, from, delay_ns)
             }
             Observation::ZeroWindow { from, duration_ns, frames } => {
                 if named {
-                    self.agg.zero.entry((info.server, from)).or_default().add_zero(duration_ns, frames);
+                    self.agg.zero.entry((info.server, from)).or_default().add_zero(ARRIVAL, duration_ns, frames);
                 }
                 (Kind::ZeroWindow, from, duration_ns)
             }

@@ -28,7 +28,7 @@ pub(super) fn expect_finding(client: IpAddr, server: Endpoint, a: &CountAgg) -> 
         connections: a.connections,
         wait_ms: d,
         time_lost_ms: ms(a.lost_ns),
-        example_frames: a.examples.clone(),
+        example_frames: a.examples.frames(),
         fix: vec![
             format!(
                 "Server ({server}): answer a request carrying `Expect: 100-continue` at once, with `100 Continue` or with its final status."
@@ -47,8 +47,8 @@ mod tests {
     #[test]
     fn names_the_client_host_the_wait_and_both_fixes() {
         let mut a = CountAgg::default();
-        a.add_expect(1_001_000_000, [4, 9], true, true);
-        a.add_expect(1_002_000_000, [14, 19], false, false);
+        a.add_expect(crate::analyze::ARRIVAL, 1_001_000_000, [4, 9], true, true);
+        a.add_expect(crate::analyze::ARRIVAL, 1_002_000_000, [14, 19], false, false);
         let f = expect_finding([10, 0, 0, 2].into(), Endpoint { ip: [10, 0, 0, 1].into(), port: 80 }, &a);
         assert_eq!((f.client.host.as_str(), f.client.role, f.server.as_str()), ("10.0.0.2", "client", "10.0.0.1:80"));
         assert_eq!((f.requests, f.connections, f.example_frames.as_slice()), (2, 1, &[4, 9, 14, 19][..]));

@@ -43,7 +43,7 @@ pub(super) fn network_finding(server: Endpoint, s: &ServerAgg) -> Option<Network
         rtt_share: (share * 1000.0).round() / 1000.0,
         round_trips_per_exchange: (rounds * 100.0).round() / 100.0,
         time_lost_ms: ms(path),
-        example_frames: s.path_examples.clone(),
+        example_frames: s.path_examples.frames(),
         fix,
     })
 }
@@ -62,7 +62,7 @@ mod tests {
             let total = network + think + stall + transfer;
             let t = Times { network, think, transfer, stall, total, ..Times::default() };
             let x = Exchange { rounds, first_frame: 4 * k + 1, last_frame: 4 * k + 4, ..Exchange::default() };
-            s.add_exchange(&t, &x);
+            s.add_exchange(crate::analyze::ARRIVAL, &t, &x);
         }
         s.rtt.record_n(network, n as u32);
         s

@@ -51,7 +51,7 @@ pub(super) fn upstream_finding(
         waits_matched: w.matched,
         wait_ms: wait,
         time_lost_ms: ms(upstream_ns(s, w)),
-        example_frames: s.slow_examples.clone(),
+        example_frames: s.slow_examples.frames(),
         fix,
     })
 }

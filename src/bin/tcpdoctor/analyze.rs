@@ -37,6 +37,11 @@ pub struct Args {
     /// Also write a self-contained HTML report (verdict, ladder, histograms, tables) to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Threads in all (default: one per core, up to 16). With fewer files than threads each file's
+    /// connections are split between threads (with the default, only files of 16 MiB or more); the
+    /// report is the same for any number. 1: one file after another on one thread.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: Option<u16>,
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -75,6 +80,7 @@ pub fn run(a: Args) -> ExitCode {
         ladder_rows: a.ladder_rows,
         progress: Some(done.clone()),
         stop: Some(tcpdoctor::interrupt::flag()),
+        threads: a.threads.map(usize::from),
     };
     let bar = analysis_bar(total, done);
     let result = analyze::analyze(&caps, &opts);

@@ -2,7 +2,8 @@
 //! (the evidence is weighed in [`crate::tcp::roles`]).
 
 use super::{Conn, Sink};
-use crate::tcp::roles::{Roles, sender_of};
+use crate::tcp::book::Book;
+use crate::tcp::roles::sender_of;
 use crate::tcp::{RoleSource, RolesDoubt, Side};
 use crate::wire::{Endpoint, Segment};
 
@@ -48,7 +49,7 @@ impl<T: Default> Conn<T> {
 /// the first payload decides; the other direction's first payload confirms,
 /// corrects (stronger evidence) or contradicts (content against content);
 /// a guess keeps looking for a while.
-pub(super) fn settle<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S, roles: &mut Roles) {
+pub(super) fn settle<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, sink: &mut S, roles: &mut Book) {
     if seg.flags.syn() {
         // A handshake seen late (a re-sent SYN-ACK) still names the roles.
         let server = if seg.flags.ack() { seg.src } else { seg.dst };
@@ -63,7 +64,7 @@ pub(super) fn settle<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>,
     let (server, basis) = match sender_of(seg.payload) {
         Some(Side::Client) => (seg.dst, RoleSource::Content),
         Some(Side::Server) => (seg.src, RoleSource::Content),
-        None => roles.judge(seg.src, seg.dst),
+        None => roles.judge(seg.frame, seg.src, seg.dst),
     };
     match c.settle {
         Settle::Open => {
@@ -94,6 +95,6 @@ pub(super) fn settle<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>,
     // Only a handshake is stronger than content: nothing can swap those.
     c.info.roles_open = c.settle != Settle::Done && (c.info.roles as u8) > (RoleSource::Content as u8);
     if c.info.roles == RoleSource::Content {
-        roles.server(c.info.server);
+        roles.server(seg.frame, c.info.server);
     }
 }

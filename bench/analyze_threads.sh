@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# One file on all cores: the floor program, `analyze --threads 1`, `analyze
+# --threads 2` and `analyze -` (the file streamed through a pipe) on one big,
+# page-cached capture, interleaved in one run, so that the ratios compare
+# runs made under the same load.
+#
+#   bench/analyze_threads.sh [BIG.pcap]      (default bench/out/big.pcap)
+#
+# Environment:
+#   TCPDOCTOR=/path/bin   use this binary instead of building one
+#   FLOOR=/path/floor     use this floor program instead of building it (examples/floor.rs)
+#   RUNS=3                runs of each (medians are reported)
+#
+# Each run is timed by /usr/bin/time: wall seconds, CPU seconds (user + sys)
+# and peak RSS. Prints every run, the medians, and the ratios: the speed-up
+# of 2 threads over 1 (wall), each against the floor (wall), and the stream
+# against the mapped file (CPU per packet, RSS).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+BIG=${1:-$HERE/out/big.pcap}
+RUNS=${RUNS:-3}
+TIME=/usr/bin/time
+
+[ -f "$BIG" ] || { echo "no capture $BIG (make one with bench/make_big_capture.sh)" >&2; exit 1; }
+[ -x "$TIME" ] || { echo "missing /usr/bin/time (apt-get install -y time)" >&2; exit 1; }
+
+if [ -z "${TCPDOCTOR:-}" ] || [ -z "${FLOOR:-}" ]; then
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/tmp/bench-target}
+    echo "== build: (cd $ROOT && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build --release --bin tcpdoctor --example floor)"
+    (cd "$ROOT" && timeout 900 cargo build --release --quiet --bin tcpdoctor --example floor)
+    TCPDOCTOR=${TCPDOCTOR:-$CARGO_TARGET_DIR/release/tcpdoctor}
+    FLOOR=${FLOOR:-$CARGO_TARGET_DIR/release/examples/floor}
+fi
+for b in "$TCPDOCTOR" "$FLOOR"; do [ -x "$b" ] || { echo "no binary at $b" >&2; exit 1; }; done
+
+TMP=$(mktemp -d /tmp/tcpdoctor-threads.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+# run NAME CMD...: one run under /usr/bin/time, appended to $TMP/NAME as "wall_s cpu_s peak_kb".
+# tcpdoctor exits 4 for "partial" input (a packet cut at the end): still a valid timing.
+run() {
+    local name=$1 rc=0
+    shift
+    timeout 600 "$TIME" -f '%e %U %S %M' -o "$TMP/time" "$@" > /dev/null 2> "$TMP/stderr" || rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 4 ]; then
+        echo "command failed (exit $rc): $*" >&2; cat "$TMP/stderr" >&2; exit 1
+    fi
+    tail -n 1 "$TMP/time" | awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' >> "$TMP/$name"
+    tail -n 1 "$TMP/$name" | awk -v n="$name" '{printf "   %-10s %6.2f s wall %6.2f s CPU %8d KB peak RSS\n", n, $1, $2, $3}'
+}
+
+# median NAME COLUMN: the median of one column of NAME's runs.
+median() {
+    sort -g -k"$2" "$TMP/$1" | awk -v c="$2" '{v[NR]=$c} END {print v[int((NR+1)/2)]}'
+}
+
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(uname -r)"
+echo "== binary: $TCPDOCTOR"
+echo "== source: $(git -C "$ROOT" log -1 --format='%h %s' 2>/dev/null | cut -c1-100)$(git -C "$ROOT" diff --quiet HEAD -- src 2>/dev/null || echo ' + uncommitted changes in src/')"
+PACKETS=$("$TCPDOCTOR" analyze "$BIG" --json --threads 1 | awk -F: '/"packets"/ {gsub(/[ ,]/, "", $2); print $2; exit}')
+echo "== capture: $BIG ($PACKETS packets, $(stat -c %s "$BIG") bytes); warming the page cache"
+cat "$BIG" > /dev/null
+echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== $RUNS rounds of: floor BIG | analyze BIG --json --threads 1 | --threads 2 | analyze - --json < pipe"
+for i in $(seq "$RUNS"); do
+    echo "-- round $i (load $(cut -d' ' -f1 /proc/loadavg))"
+    run floor "$FLOOR" "$BIG"
+    run threads1 "$TCPDOCTOR" analyze "$BIG" --json --threads 1
+    run threads2 "$TCPDOCTOR" analyze "$BIG" --json --threads 2
+    # Through a pipe: not mappable, read once as a stream (cat's own CPU is not counted).
+    run stream "$TCPDOCTOR" analyze - --json < <(cat "$BIG")
+done
+echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+F=$(median floor 1); T1=$(median threads1 1); T2=$(median threads2 1); S=$(median stream 1)
+T1C=$(median threads1 2); T2C=$(median threads2 2); SC=$(median stream 2)
+T1K=$(median threads1 3); T2K=$(median threads2 3); SK=$(median stream 3)
+echo "== medians (wall s, CPU s, peak RSS KB)"
+printf "   floor      %s s\n" "$F"
+printf "   threads 1  %s s  %s s CPU  %s KB\n" "$T1" "$T1C" "$T1K"
+printf "   threads 2  %s s  %s s CPU  %s KB\n" "$T2" "$T2C" "$T2K"
+printf "   stream     %s s  %s s CPU  %s KB\n" "$S" "$SC" "$SK"
+awk -v f="$F" -v t1="$T1" -v t2="$T2" -v t1c="$T1C" -v sc="$SC" -v n="$PACKETS" 'BEGIN {
+    printf "== ratios: threads-2 speed-up %.2fx (wall); threads 1 = %.2fx the floor, threads 2 = %.2fx the floor (wall)\n", t1 / t2, t1 / f, t2 / f
+    printf "== per packet (CPU): mapped, 1 thread %.0f ns; stream %.0f ns (%.2fx)\n", t1c / n * 1e9, sc / n * 1e9, sc / t1c
+}'

@@ -1,0 +1,239 @@
+//! One file on several threads: each shard walks the whole (mapped) file,
+//! sorts every packet by a hash of its connection's endpoints (reading only
+//! addresses and ports), and analyses only its own connections; the parts
+//! merge into exactly the report one thread makes (tests/threads.rs checks
+//! it on every capture). Each shard reads the file itself: handing packets
+//! from one thread to another cost more than the walk (cache lines written
+//! on one core and read on another).
+//!
+//! What crosses connections is made shard-safe: role evidence is shared in
+//! frame order ([`crate::tcp::book`]); sweeps run on the frame count; every
+//! "first" or "earliest" is compared by when it was observed ([`super::agg::At`]);
+//! ladders and rows rank with a tie-break on the connection's first frame;
+//! connections are numbered after the merge, by first frame. Where the parts
+//! cannot merge exactly (an endpoint table filled up, or the file changed
+//! under the walks), the file is analysed again on one thread.
+
+use super::agg::{FileResult, MAX_ENDPOINTS};
+use super::walk::{Analyser, Ending, Reading, Walked, sweep_due};
+use super::{Options, conn_label};
+use crate::capture::{Capture, LinkType, Network, network_layer};
+use crate::tcp::book::{Hub, Shared};
+use crate::tcp::roles::Ephemeral;
+use crate::wire::{self, Endpoint, Ipv4Header};
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Packets between two looks at the stop flag (Ctrl-C) in a shard.
+const CHECK_EVERY: u64 = 1 << 16;
+
+/// The shard (of `of`) that owns the connection between `a` and `b`: the same both ways.
+#[inline]
+fn owner(a: Endpoint, b: Endpoint, of: usize) -> usize {
+    #[inline]
+    fn mix(e: Endpoint) -> u64 {
+        let ip = match e.ip {
+            IpAddr::V4(v) => u64::from(u32::from(v)),
+            IpAddr::V6(v) => {
+                let x = u128::from(v);
+                (x as u64) ^ ((x >> 64) as u64)
+            }
+        };
+        (ip ^ u64::from(e.port) << 48).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    // A sum: the same whichever end sent the frame.
+    let h = mix(a).wrapping_add(mix(b));
+    ((u128::from(h ^ (h >> 29)) * of as u128) >> 64) as usize
+}
+
+/// The shard that owns a frame: its connection's, or the first for a frame
+/// of no connection. IPv4 is read as far as the ports only; other frames are
+/// decoded. A frame that decodes to a segment always gets its connection's
+/// shard (the same endpoints are read either way).
+#[inline]
+fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
+    if let Network::Ipv4(p) = network_layer(link, data)
+        && let Ok(ip) = Ipv4Header::parse(p)
+    {
+        let hl = ip.header_len();
+        return match p.get(hl..hl + 4) {
+            Some(t) if ip.protocol() == 6 && !ip.is_fragment() => {
+                let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
+                let (src, dst) =
+                    (Endpoint { ip: ip.src().into(), port: port(0) }, Endpoint { ip: ip.dst().into(), port: port(2) });
+                owner(src, dst, of)
+            }
+            _ => 0,
+        };
+    }
+    match wire::decode(0, 0, link, data, data.len() as u32) {
+        Ok(Some(seg)) => owner(seg.src, seg.dst, of),
+        _ => 0,
+    }
+}
+
+/// Where the shards of a file stop after Ctrl-C: each notices the flag at a
+/// checkpoint and, until all have, may walk to its next one; then all walk
+/// to the furthest any went, so that they cover the same packets.
+struct Agreement {
+    flag: Option<&'static AtomicBool>,
+    /// (shards that noticed the flag or their end, last frame any may have walked).
+    state: Mutex<(usize, u64)>,
+    of: usize,
+}
+
+impl Agreement {
+    /// At a checkpoint before `frame` (or after the last frame, `done`):
+    /// the last frame to walk, once every shard has noticed.
+    fn check(&self, noticed: &mut bool, frame: u64, done: bool) -> Option<u64> {
+        let raised = self.flag.is_some_and(|f| f.load(Ordering::Relaxed));
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !*noticed && (raised || done) {
+            *noticed = true;
+            s.0 += 1;
+        }
+        if !*noticed {
+            return None;
+        }
+        if s.0 == self.of {
+            s.1 = s.1.max(frame - 1);
+            return Some(s.1);
+        }
+        // Others have yet to notice: this shard may walk to its next checkpoint.
+        s.1 = s.1.max(if done { frame - 1 } else { frame - 1 + CHECK_EVERY });
+        None
+    }
+}
+
+/// Which shard a walk is, of how many, and what it shares with the others.
+struct Part<'a> {
+    index: usize,
+    of: usize,
+    roles: Shared,
+    stop: &'a Agreement,
+}
+
+/// One shard's walk over the whole file, analysing its own connections.
+fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> Result<Walked, String> {
+    let Part { index, of, roles, stop } = part;
+    let mut packets = cap.packets_until(None).map_err(|e| e.to_string())?;
+    if index == 0
+        && let Some(p) = &opts.progress
+    {
+        packets.count_into(p.clone());
+    }
+    let mut a = Analyser::new(tag, opts, Some(roles));
+    let mut reading = Reading::default();
+    let (mut noticed, mut last, mut stopped_at) = (false, u64::MAX, None);
+    loop {
+        let offset = packets.offset();
+        let Some(p) = packets.next() else { break };
+        if p.frame.is_multiple_of(CHECK_EVERY)
+            && last == u64::MAX
+            && let Some(l) = stop.check(&mut noticed, p.frame, false)
+        {
+            last = l;
+        }
+        if p.frame > last {
+            stopped_at = Some(offset);
+            break;
+        }
+        a.passed(p.frame - 1, false);
+        let Some(ts) = reading.time(&p) else { continue };
+        if sweep_due(p.frame) {
+            a.sweep(p.frame, ts);
+        }
+        if shard_of(p.link, p.data, of) != index {
+            continue;
+        }
+        match wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
+            // Borrowed in place: moving the segment out copies it, and reading
+            // its fields back from that copy stalls on every packet.
+            Ok(Some(ref seg)) => a.segment(seg),
+            Ok(None) => reading.not_segment(p.frame, None),
+            Err(e) => reading.not_segment(p.frame, Some(e)),
+        }
+    }
+    if stopped_at.is_none() {
+        // At its end: the others walk to it too.
+        stop.check(&mut noticed, reading.n + 1, true);
+    }
+    let mut end = Ending::of(&packets);
+    if let Some(offset) = stopped_at {
+        (end.stopped, end.offset) = (true, offset);
+    }
+    let (tcp, filtered) = (a.tcp, a.filtered);
+    Ok(Walked { r: a.finish(), reading, tcp, filtered, end })
+}
+
+/// Analyses `cap` in `of` shards; `None` when it cannot be (a stream) or
+/// when the parts cannot merge exactly.
+pub(super) fn run(cap: &Capture, tag: Option<usize>, opts: &Options, of: usize) -> Result<Option<Walked>, String> {
+    if cap.bytes().is_none() {
+        return Ok(None);
+    }
+    let hub = Hub::new(of, Ephemeral::host());
+    let stop = Agreement { flag: opts.stop, state: Mutex::new((0, 0)), of };
+    let (hub, stop) = (&hub, &stop);
+    let walk = |index: usize| shard(cap, tag, opts, Part { index, of, roles: Shared::new(hub.clone(), index), stop });
+    let parts: Vec<Result<Walked, String>> = std::thread::scope(|s| {
+        let others: Vec<_> = (1..of).map(|i| s.spawn(move || walk(i))).collect();
+        let first = walk(0);
+        std::iter::once(first).chain(others.into_iter().map(|h| h.join().expect("shard thread panicked"))).collect()
+    });
+    let mut parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter();
+    let mut w = parts.next().expect("at least one shard");
+    for p in parts {
+        if !same_walk(&w, &p) {
+            return Ok(None);
+        }
+        w.reading.add_owned(&p.reading);
+        (w.tcp, w.filtered) = (w.tcp + p.tcp, w.filtered + p.filtered);
+        w.r.merge_shard(p.r);
+    }
+    if w.r.dropped > 0 || over_cap(&w.r) {
+        return Ok(None);
+    }
+    number(&mut w.r, tag);
+    Ok(Some(w))
+}
+
+/// Whether two shards read the same packets (a file that changed under the walks does not).
+fn same_walk(a: &Walked, b: &Walked) -> bool {
+    let key = |w: &Walked| {
+        let (r, e) = (&w.reading, &w.end);
+        (r.n, r.first_ts, r.last_ts, e.damage.clone(), e.stopped, e.offset, e.skipped)
+    };
+    key(a) == key(b)
+}
+
+/// Whether one thread would have run out of room in an endpoint table (it
+/// keeps the first [`MAX_ENDPOINTS`] it meets, which no shard can tell).
+fn over_cap(r: &FileResult) -> bool {
+    [r.nagle.len(), r.servers.len(), r.retrans.len(), r.syn.len(), r.zero.len(), r.expect.len()]
+        .into_iter()
+        .any(|n| n > MAX_ENDPOINTS)
+}
+
+/// Numbers the connections as one thread does: in order of first frame
+/// (wrapping as [`crate::tcp::ConnId`] does); renames what names them.
+fn number(r: &mut FileResult, tag: Option<usize>) {
+    let mut created = std::mem::take(&mut r.created);
+    created.sort_unstable();
+    let label = |first_frame: u64| {
+        let i = created.partition_point(|&f| f < first_frame) as u64;
+        conn_label(tag, (i % u64::from(u32::MAX)) as u32 + 1)
+    };
+    for c in &mut r.conns {
+        c.id = label(c.first_frame);
+    }
+    for (rank, l) in r.stalled.0.iter_mut().chain(r.slowest.0.iter_mut()) {
+        let id = label(rank.2);
+        l.title = l.title.replacen(&format!("connection {},", l.connection), &format!("connection {id},"), 1);
+        l.connection = id;
+    }
+    for (at, id, _) in [&mut r.roles_corrected.1, &mut r.roles_contradicted.1].into_iter().flatten() {
+        *id = label(at.1);
+    }
+}
