@@ -16,6 +16,7 @@
 # (from its JSON): eBPF's and ptrace's must match.
 #
 #   bench/inspect_trace.sh [RUNS] [SECONDS]     (default 3 runs of 5 s)
+#   TCPDOCTOR=/path/to/tcpdoctor bench/inspect_trace.sh …   (another build, e.g. main's, instead of this tree's)
 #
 # Traffic goes only to 127.0.0.1; every process started here is stopped by PID.
 set -euo pipefail
@@ -23,8 +24,12 @@ set -euo pipefail
 RUNS=${1:-3}
 SECS=${2:-5}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
-TD="$ROOT/target/release/tcpdoctor"
+if [ -n "${TCPDOCTOR:-}" ]; then
+    TD=$TCPDOCTOR
+else
+    cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+    TD="$ROOT/target/release/tcpdoctor"
+fi
 
 if ! command -v strace >/dev/null && [ "$(id -u)" = 0 ]; then
     apt-get install -y -q strace >/dev/null 2>&1 || true

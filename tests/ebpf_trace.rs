@@ -215,7 +215,8 @@ fn an_application_pausing_between_its_writes_is_not_a_nagle_hold() {
     assert!(pattern.lines().next().unwrap().contains(" s with ebpf: "), "{text}");
     assert!(pattern.contains("[kernel: left the host during the call]"), "{text}");
     assert!(
-        pattern.contains("\n  kernel: ") && pattern.contains("\n  cost (ebpf): eBPF, the process never stopped: "),
+        pattern.contains("\n  kernel: ")
+            && pattern.contains("\n  cost (ebpf): eBPF at the socket tracepoints, the process never stopped: "),
         "{text}"
     );
     let advice = text.split("\nADVICE\n").nth(1).unwrap_or_else(|| panic!("no advice: {text}"));

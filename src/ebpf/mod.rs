@@ -36,7 +36,7 @@ pub(crate) fn load(obj: &[u8], consts: &[(&str, u8)], attach: &[(&str, &str)]) -
     raise_memlock();
     let mut loader = EbpfLoader::new();
     for (name, value) in consts {
-        loader.override_global(*name, value, true);
+        loader.override_global(name, value, true);
     }
     let mut bpf = loader.load(obj).map_err(|e| why("loading the BPF object", &error_chain(&e)))?;
     let mut btf = None;

@@ -1,9 +1,9 @@
 //! The same trace with eBPF (`src/ebpf/trace.bpf.c`): programs in the
 //! kernel keep the calls of the traced processes on TCP sockets (filtered by
 //! tgid) and send them through a ring buffer; nothing stops the process.
-//! [`decode`] turns the records into the recorder's [`Event`]s and
+//! [`decode`](super::decode) turns the records into the recorder's [`Event`]s and
 //! [`Sock`]s, so the same detector judges them; writes also carry their
-//! sequence numbers, joined with the device transmits in [`hold`].
+//! sequence numbers, joined with the device transmits in [`hold`](super::hold).
 //!
 //! The calls come from the socket tracepoints (`sock_send_length`,
 //! `sock_recv_length`: only socket I/O runs a program), or, where those do
@@ -13,8 +13,8 @@
 //! [`Event`]: super::events::Event
 //! [`Sock`]: super::events::Sock
 
-use super::decode::{self, Decoder, Record};
-use super::hold::Fate;
+use super::decode::{Decoder, Hold};
+use super::records::{self, Record};
 use super::{Recording, Request};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use std::collections::HashSet;
@@ -84,16 +84,6 @@ pub(crate) struct Extra {
     pub hooks: Hooks,
 }
 
-/// One write's fate.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Hold {
-    pub port: u16,
-    pub tid: u32,
-    pub t_ns: u64,
-    pub bytes: u32,
-    pub fate: Fate,
-}
-
 /// Loads and attaches the programs, on the socket tracepoints where they
 /// load; Err says why eBPF cannot be used at all.
 pub(super) fn start() -> Result<Session, String> {
@@ -114,7 +104,7 @@ fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String>
     let map_err = |e: aya::maps::MapError| format!("BPF map: {e}");
     let mut calls: Array<MapData, u8> = Array::try_from(take(&mut bpf, "calls")?).map_err(map_err)?;
     for nr in 0..512u32 {
-        let code = decode::code(nr, hooks == Hooks::Sock);
+        let code = records::code(nr, hooks == Hooks::Sock);
         if code != 0 {
             calls.set(nr, code, 0).map_err(map_err)?;
         }

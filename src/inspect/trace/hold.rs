@@ -124,10 +124,8 @@ fn fate(w: &Write, xs: &[&Xmit]) -> Fate {
         .take_while(|x| x.t <= dep.t + RESEND_MATCH_NS)
         .any(|x| x.what == Sent::Again && covers(x) && x.t.abs_diff(dep.t) <= RESEND_MATCH_NS);
     // Dropped on its way out after the call began: it waited for TCP to try again, not for Nagle.
-    let dropped = xs
-        .iter()
-        .take_while(|x| x.t <= dep.t)
-        .any(|x| x.what == Sent::Dropped && covers(x) && x.t >= w.t_enter);
+    let dropped =
+        xs.iter().take_while(|x| x.t <= dep.t).any(|x| x.what == Sent::Dropped && covers(x) && x.t >= w.t_enter);
     if resent || dropped {
         Fate::Resent(wait)
     } else if unsent <= 0 {

@@ -24,6 +24,7 @@ mod events;
 mod hold;
 mod proof;
 mod ptrace;
+mod records;
 
 use super::{procfs, sockopt};
 use crate::report::inspect::{Trace, TraceExample, TraceKind, TraceLine, TraceOverhead};
@@ -821,7 +822,7 @@ fn report(
             write_write_read: k.write_write_read,
         })
         .collect();
-    let holds: Vec<ebpf::Hold> = extra
+    let holds: Vec<decode::Hold> = extra
         .as_ref()
         .map(|x| x.holds.iter().filter(|h| port.is_none_or(|p| h.port == p)).copied().collect())
         .unwrap_or_default();

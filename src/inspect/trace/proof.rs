@@ -1,7 +1,8 @@
 //! The eBPF trace's own sections of the report: what the kernel says
 //! happened to each write's bytes, and what the tracing cost.
 
-use super::ebpf::{Extra, Hold, Hooks};
+use super::decode::Hold;
+use super::ebpf::{Extra, Hooks};
 use super::hold::Fate;
 use crate::report::inspect::{TraceCost, TraceHold};
 use std::time::Duration;
