@@ -21,8 +21,8 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Set (to anything) in the environment, the syscall tracepoints are used
-/// even where the socket ones load: for tests of that fallback.
+/// Set in the environment (to anything but empty or `0`), the syscall
+/// tracepoints are used even where the socket ones load: for tests of that fallback.
 pub(crate) const FORCE_SYSCALLS: &str = "TCPDOCTOR_TRACE_SYSCALLS";
 
 /// Where the programs see the calls.
@@ -87,7 +87,7 @@ pub(crate) struct Extra {
 /// Loads and attaches the programs, on the socket tracepoints where they
 /// load; Err says why eBPF cannot be used at all.
 pub(super) fn start() -> Result<Session, String> {
-    if std::env::var_os(FORCE_SYSCALLS).is_some() {
+    if std::env::var_os(FORCE_SYSCALLS).is_some_and(|v| !v.is_empty() && v != "0") {
         return start_with(Hooks::Syscalls, Some(format!("{FORCE_SYSCALLS} is set")));
     }
     match start_with(Hooks::Sock, None) {
