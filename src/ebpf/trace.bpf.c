@@ -250,10 +250,12 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 		return 0;
 	if (!v->ino) {
 		struct socket *so = sk->sk_socket;
-		if (!so)
+		__u32 ino = so ? so->file->f_inode->i_ino : 0;
+		/* A socket with no file (the kernel's own) has nothing to name it by. */
+		if (!ino)
 			return 0;
-		v->ino = so->file->f_inode->i_ino;
-		sock_record(sk, v->ino);
+		v->ino = ino;
+		sock_record(sk, ino);
 	}
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	__u32 nr = regs->orig_ax;
