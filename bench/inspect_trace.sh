@@ -16,6 +16,9 @@
 # (from its JSON): eBPF's and ptrace's must match.
 #
 #   bench/inspect_trace.sh [RUNS] [SECONDS]     (default 3 runs of 5 s)
+#   TCPDOCTOR=/path/to/tcpdoctor bench/inspect_trace.sh …   (another build instead of this tree's)
+#   BEFORE=/path/to/tcpdoctor bench/inspect_trace.sh …      (adds case `before`: that build's eBPF
+#                                                            trace, interleaved with the others)
 #
 # Traffic goes only to 127.0.0.1; every process started here is stopped by PID.
 set -euo pipefail
@@ -23,8 +26,12 @@ set -euo pipefail
 RUNS=${1:-3}
 SECS=${2:-5}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
-TD="$ROOT/target/release/tcpdoctor"
+if [ -n "${TCPDOCTOR:-}" ]; then
+    TD=$TCPDOCTOR
+else
+    cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+    TD="$ROOT/target/release/tcpdoctor"
+fi
 
 if ! command -v strace >/dev/null && [ "$(id -u)" = 0 ]; then
     apt-get install -y -q strace >/dev/null 2>&1 || true
@@ -113,7 +120,7 @@ print("%s: found %s, wwr %d of %d Nagle responses, in pieces %s, gap %s ms; %s |
 }
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); kernel $(uname -r); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "$($TD --version); $(/usr/sbin/nginx -v 2>&1); $( [ "$HAVE_STRACE" = 1 ] && strace -V | head -1 || echo 'strace: not installed')"
+echo "$($TD --version) ($TD); $(/usr/sbin/nginx -v 2>&1); $( [ "$HAVE_STRACE" = 1 ] && strace -V | head -1 || echo 'strace: not installed')"
 if [ "$HAVE_WRK" = 1 ]; then
     echo "load: wrk -t 2 -c 10 -d ${SECS}s (keep-alive); $RUNS runs per case, interleaved"
 else
@@ -135,10 +142,12 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
         echo "none $rps $p50 $err $cpu" >>"$WORK/$name.rows"
 
         # (b) and (c): inspect --trace for longer than the run; Ctrl-C (SIGINT) ends it after.
-        for method in ebpf ptrace; do
-            "$TD" inspect ":$PORT" --trace "$((SECS + 10))s" --method "$method" --json >"$WORK/$method.json" &
+        for method in ebpf ${BEFORE:+before} ptrace; do
+            bin=$TD m=$method
+            [ "$method" = before ] && bin=$BEFORE m=ebpf
+            "$bin" inspect ":$PORT" --trace "$((SECS + 10))s" --method "$m" --json >"$WORK/$method.json" &
             TRACER=$!
-            if [ "$method" = ebpf ]; then bpf_attached "$TRACER"; else wait_tracer "$PID" attached; fi
+            if [ "$m" = ebpf ]; then bpf_attached "$TRACER"; else wait_tracer "$PID" attached; fi
             read -r rps p50 err cpu < <(bench "$URL")
             kill -INT "$TRACER"
             wait "$TRACER"
@@ -165,7 +174,7 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 med = {}
-for case in ("none", "ebpf", "ptrace", "strace"):
+for case in ("none", "ebpf", "before", "ptrace", "strace"):
     r = [x for x in rows if x[0] == case]
     if r:
         med[case] = (statistics.median(float(x[1]) for x in r), statistics.median(float(x[2]) for x in r),

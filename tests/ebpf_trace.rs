@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::traced::{BIN, Bench, errors, n, nginx, parse, wwr_server, wwr_server_with};
+use common::traced::{BIN, Bench, errors, n, nginx, nginx_with, parse, wwr_server, wwr_server_with};
 use common::{free_port, run_bounded};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -36,8 +36,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// `inspect :PORT --trace 2s --method M --json`: its `trace` object.
 fn trace(port: u16, method: &str) -> Value {
+    trace_env(port, method, &[])
+}
+
+/// The same with `env` set (`TCPDOCTOR_TRACE_SYSCALLS`: eBPF on the syscall tracepoints).
+fn trace_env(port: u16, method: &str, env: &[(&str, &str)]) -> Value {
     let mut c = Command::new(BIN);
-    c.args(["inspect", &format!(":{port}"), "--trace", "2s", "--method", method, "--json"]);
+    c.args(["inspect", &format!(":{port}"), "--trace", "2s", "--method", method, "--json"]).envs(env.iter().copied());
     let (code, v, err) = parse(run_bounded(c, Duration::from_secs(40)).0);
     assert_eq!(code, 0, "{err}");
     let t = v["trace"].clone();
@@ -56,6 +61,26 @@ fn writes(t: &Value) -> Vec<String> {
         .as_array()
         .map(|l| l.iter().filter(|l| l["kind"] == "write").map(|l| l["call"].as_str().unwrap().to_string()).collect())
         .unwrap_or_default()
+}
+
+/// The example's writes with their results (`sendfile 300000`…).
+fn writes_sized(t: &Value) -> Vec<String> {
+    let lines = t["example"]["lines"].as_array().unwrap_or_else(|| panic!("no example: {t:#}"));
+    lines
+        .iter()
+        .filter(|l| l["kind"] == "write")
+        .map(|l| format!("{} {}", l["call"].as_str().unwrap(), l["ret"]))
+        .collect()
+}
+
+/// eBPF on the socket tracepoints (the default where they load): calls seen
+/// as they end, so the example has no waits and no durations, and a note says so.
+fn at_the_socket_tracepoints(e: &Value) {
+    assert_eq!(e["cost"]["tracepoints"], "sock", "{e:#}");
+    let lines = e["example"]["lines"].as_array().unwrap_or_else(|| panic!("no example: {e:#}"));
+    assert!(lines.iter().all(|l| l["kind"] != "wait" && l["took_ms"].is_null()), "{e:#}");
+    let notes = e["notes"].to_string();
+    assert!(notes.contains("calls seen at the socket tracepoints") && notes.contains("waits"), "{notes}");
 }
 
 /// The (role, nagle) kinds with responses.
@@ -190,7 +215,8 @@ fn an_application_pausing_between_its_writes_is_not_a_nagle_hold() {
     assert!(pattern.lines().next().unwrap().contains(" s with ebpf: "), "{text}");
     assert!(pattern.contains("[kernel: left the host during the call]"), "{text}");
     assert!(
-        pattern.contains("\n  kernel: ") && pattern.contains("\n  cost (ebpf): eBPF, the process never stopped: "),
+        pattern.contains("\n  kernel: ")
+            && pattern.contains("\n  cost (ebpf): eBPF at the socket tracepoints, the process never stopped: "),
         "{text}"
     );
     let advice = text.split("\nADVICE\n").nth(1).unwrap_or_else(|| panic!("no advice: {text}"));
@@ -217,6 +243,7 @@ fn nginx_tcp_nodelay_off_and_on_both_methods_agree() {
         let p = trace(port, "ptrace");
         assert_eq!(e["found"], !nodelay, "{e:#}");
         agree(&e, &p, !nodelay);
+        at_the_socket_tracepoints(&e);
         if nodelay {
             nothing_held(&e);
         } else {
@@ -254,6 +281,67 @@ fn jdk_httpserver_default_and_with_its_flag_both_methods_agree() {
         }
         assert_eq!(errors(&b.finish()), 0);
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// nginx sends a 300,000-byte file with one `sendfile` (its socket's buffer
+/// holds it all): the kernel loops over 64 KiB pipe buffers, and the socket
+/// tracepoints see each pass; they are one call, as ptrace sees it.
+#[test]
+fn nginx_sendfile_of_a_large_file_is_one_call_as_ptrace_sees_it() {
+    if !common::require_root() || !common::require("nginx") {
+        return;
+    }
+    let _g = serial();
+    let dir = common::tmpdir("ebpf-nginx-sendfile");
+    let port = free_port();
+    let master = nginx_with(&dir, port, true, "sndbuf=4m");
+    std::fs::write(dir.join("www/index.html"), "x".repeat(300_000)).unwrap();
+    let b = Bench::start(port, 6.5);
+    let e = trace(port, "ebpf");
+    let p = trace(port, "ptrace");
+    at_the_socket_tracepoints(&e);
+    let w = writes_sized(&p);
+    assert!(w.len() == 2 && w[0].starts_with("writev ") && w[1] == "sendfile 300000", "{p:#}");
+    assert_eq!(writes_sized(&e), w, "{e:#}");
+    assert_eq!(errors(&b.finish()), 0);
+    drop(master);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Where the socket tracepoints do not load (forced here), the syscall ones
+/// are used: they also see the waits and how long each call took, and the
+/// finding and the kernel's hold are the same.
+#[test]
+fn the_syscall_tracepoints_fallback_sees_waits_and_reaches_the_same_finding() {
+    if !common::require_root() || !common::require("nginx") {
+        return;
+    }
+    let _g = serial();
+    let dir = common::tmpdir("ebpf-nginx-syscalls");
+    let port = free_port();
+    let master = nginx(&dir, port, false);
+    let b = Bench::start(port, 6.5);
+    let s = trace_env(port, "ebpf", &[("TCPDOCTOR_TRACE_SYSCALLS", "1")]);
+    let e = trace(port, "ebpf");
+    assert_eq!(s["cost"]["tracepoints"], "syscalls", "{s:#}");
+    let note = s["notes"][0].as_str().unwrap();
+    assert!(
+        note.starts_with("calls seen at the syscall tracepoints, which slow every syscall")
+            && note.contains("TCPDOCTOR_TRACE_SYSCALLS is set"),
+        "{note}"
+    );
+    // nginx waits in epoll_wait for the next request, ~40 ms.
+    let lines = s["example"]["lines"].as_array().unwrap();
+    assert!(lines.iter().any(|l| l["kind"] == "wait" && f(&l["took_ms"]) > 20.0), "{s:#}");
+    assert!(lines.iter().all(|l| l["took_ms"].is_number()), "{s:#}");
+    at_the_socket_tracepoints(&e);
+    agree(&s, &e, true);
+    held_by_nagle(&s);
+    held_by_nagle(&e);
+    assert_eq!(writes(&s), ["writev", "sendfile"], "{s:#}");
+    assert_eq!(errors(&b.finish()), 0);
+    drop(master);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -360,13 +448,26 @@ fn programs() -> Vec<u64> {
     v.as_array().unwrap().iter().map(|p| n(&p["id"])).collect()
 }
 
+/// Ids of the maps loaded now.
+fn maps() -> Vec<u64> {
+    let out = Command::new("bpftool").args(["map", "show", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array().unwrap().iter().map(|m| n(&m["id"])).collect()
+}
+
 /// Ids of the programs `pid` holds descriptors of (its programs' and links' fdinfo).
 fn held_by(pid: u32) -> Vec<u64> {
+    fdinfo_ids(pid, "prog_id:")
+}
+
+/// The `FIELD` ids in the fdinfo of `pid`'s descriptors.
+fn fdinfo_ids(pid: u32, field: &str) -> Vec<u64> {
     let mut ids: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
         .map(|d| {
             d.flatten()
                 .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                .filter_map(|s| s.lines().find_map(|l| l.strip_prefix("prog_id:")).and_then(|v| v.trim().parse().ok()))
+                .filter_map(|s| s.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().parse().ok()))
                 .collect()
         })
         .unwrap_or_default();
@@ -411,6 +512,9 @@ fn ctrl_c_sigterm_and_kill_9_leave_nothing_attached_or_pinned() {
         }
         assert!(ids.iter().all(|id| programs().contains(id)), "{name}: {ids:?}");
         std::thread::sleep(Duration::from_millis(500));
+        // Its maps too: the per-socket storage kept in the server's sockets goes with them.
+        let map_ids = fdinfo_ids(pid, "map_id:");
+        assert!(map_ids.len() >= 5, "{name}: {map_ids:?}");
         // SAFETY: a signal to our own child, by its pid.
         unsafe { libc::kill(pid as i32, sig) };
         let status = child.0.wait().unwrap();
@@ -428,6 +532,10 @@ fn ctrl_c_sigterm_and_kill_9_leave_nothing_attached_or_pinned() {
         let t = Instant::now();
         while programs().iter().any(|id| ids.contains(id)) {
             assert!(t.elapsed() < Duration::from_secs(5), "{name}: programs {ids:?} still loaded");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        while maps().iter().any(|id| map_ids.contains(id)) {
+            assert!(t.elapsed() < Duration::from_secs(5), "{name}: maps {map_ids:?} still loaded");
             std::thread::sleep(Duration::from_millis(50));
         }
         assert_eq!(pinned(), pins, "{name}: something was pinned");

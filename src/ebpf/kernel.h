@@ -27,7 +27,13 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_SK_STORAGE = 24,
 	BPF_MAP_TYPE_RINGBUF = 27,
+};
+
+enum {
+	BPF_F_NO_PREALLOC = 1,
+	BPF_SK_STORAGE_GET_F_CREATE = 1,
 };
 
 enum {
@@ -44,6 +50,7 @@ struct bpf_raw_tracepoint_args {
 
 struct pt_regs {
 	unsigned long r10;
+	unsigned long r8;
 	unsigned long dx;
 	unsigned long si;
 	unsigned long di;
@@ -90,13 +97,17 @@ struct sock_common {
 	struct in6_addr skc_v6_rcv_saddr;
 };
 
+struct socket;
+
 struct sock {
 	struct sock_common __sk_common;
 	__u16 sk_type;
 	__u16 sk_protocol;
+	struct socket *sk_socket;
 };
 
 struct socket {
+	struct file *file;
 	struct sock *sk;
 };
 

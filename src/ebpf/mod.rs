@@ -19,9 +19,9 @@ pub(crate) static TRACE_OBJ: &[u8] = aya::include_bytes_aligned!("trace.bpf.o");
 /// `watch`'s owner programs.
 pub(crate) static OWNERS_OBJ: &[u8] = aya::include_bytes_aligned!("owners.bpf.o");
 
-/// Loads `obj` and attaches each `(program, raw tracepoint)`; the error is
-/// why eBPF cannot be used here, in words.
-pub(crate) fn load(obj: &[u8], attach: &[(&str, &str)]) -> Result<Ebpf, String> {
+/// Loads `obj` with its `(name, value)` constants set and attaches each
+/// `(program, raw tracepoint)`; the error is why eBPF cannot be used here, in words.
+pub(crate) fn load(obj: &[u8], consts: &[(&str, u8)], attach: &[(&str, &str)]) -> Result<Ebpf, String> {
     if !cfg!(target_arch = "x86_64") {
         return Err("the eBPF programs are built for x86_64 only".into());
     }
@@ -34,7 +34,11 @@ pub(crate) fn load(obj: &[u8], attach: &[(&str, &str)]) -> Result<Ebpf, String> 
         return Err("not permitted: this process lacks CAP_BPF and CAP_PERFMON (needs root, or both)".into());
     }
     raise_memlock();
-    let mut bpf = EbpfLoader::new().load(obj).map_err(|e| why("loading the BPF object", &error_chain(&e)))?;
+    let mut loader = EbpfLoader::new();
+    for (name, value) in consts {
+        loader.override_global(name, value, true);
+    }
+    let mut bpf = loader.load(obj).map_err(|e| why("loading the BPF object", &error_chain(&e)))?;
     let mut btf = None;
     for &(prog, tp) in attach {
         let loading = |e: &dyn std::error::Error| why(&format!("loading {prog}"), &error_chain(e));
@@ -164,14 +168,19 @@ mod tests {
             eprintln!("skipped: needs root");
             return;
         }
-        for (obj, progs) in [
+        // inspect --trace's two sets (socket tracepoints, and the syscall fallback), and watch's.
+        let sock = &[("trace_send", "sock_send_length"), ("trace_recv", "sock_recv_length")][..];
+        let packets = &[("trace_xmit", "net_dev_start_xmit"), ("trace_retransmit", "tcp_retransmit_skb")][..];
+        for (obj, consts, progs) in [
+            (super::TRACE_OBJ, &[("syscalls", 0u8)][..], [sock, packets].concat()),
             (
                 super::TRACE_OBJ,
-                &[("trace_exit", "sys_exit"), ("trace_xmit", "net_dev_start_xmit"), ("trace_drop", "kfree_skb")][..],
+                &[("syscalls", 1)][..],
+                [&[("trace_exit", "sys_exit"), ("trace_drop", "kfree_skb")][..], packets].concat(),
             ),
-            (super::OWNERS_OBJ, &[("owner_send", "sock_send_length")][..]),
+            (super::OWNERS_OBJ, &[][..], vec![("owner_send", "sock_send_length")]),
         ] {
-            let bpf = super::load(obj, progs).unwrap_or_else(|e| panic!("{e}"));
+            let bpf = super::load(obj, consts, &progs).unwrap_or_else(|e| panic!("{e}"));
             drop(bpf);
         }
     }

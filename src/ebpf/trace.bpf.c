@@ -1,31 +1,50 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0
-/* inspect --trace with eBPF: the target's reads, writes and waits on TCP
- * sockets, and when each write's bytes left the host.
+/* inspect --trace with eBPF: the target's reads and writes on TCP sockets,
+ * and when each write's bytes left the host.
  *
- * sys_enter/sys_exit are the syscall tracepoints, BTF-typed (tp_btf): the
- * registers and the task's descriptor table are plain loads, not helper
- * calls, since every syscall on the host passes through here. Which syscall
- * numbers matter, and what each is, comes from the `calls` map that userspace
- * fills from its own table; which processes, from the `traced` bitmap.
- * Everything else returns after two array lookups (inlined: no helper call). */
+ * The calls are seen one of two ways; userspace loads one:
+ * - sock (default): sock_send_length and sock_recv_length fire at the end of
+ *   sock_sendmsg/sock_recvmsg, so only socket I/O runs a program and the rest
+ *   of the host's syscalls run none. The syscall and its descriptor come from
+ *   the task's saved user registers. No waits, and no entry times.
+ * - syscalls (the fallback where those do not load): sys_enter/sys_exit. Once
+ *   attached, every syscall on the host takes the tracepoint path.
+ * Which processes: the `traced` bitmap. What a syscall number is: the `calls`
+ * map, filled by userspace from its own table. Both are BTF-typed (tp_btf),
+ * so most kernel fields are plain loads, not helper calls. */
 #include "kernel.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-/* What a syscall number is (the `calls` map's values). */
+/* Set by userspace at load: 1 when the syscall programs are the ones attached. */
+const volatile __u8 syscalls = 0;
+
+/* What a syscall number is: the low bits of a `calls` value. */
 #define C_READ 1   /* reads arg0 */
 #define C_WRITE 2  /* writes arg0 */
 #define C_WAIT 3   /* epoll, poll, select */
 #define C_SPLICE 4 /* splice(in = arg0, …, out = arg2, …) */
 #define C_ACCEPT 5 /* the result is a new connection */
+#define C_MASK 7
+/* Bits 4-5: the register holding the argument userspace wants (A_*). */
+#define A_SHIFT 4
+#define A_DX 1
+#define A_R10 2
+#define A_R8 3
 
-/* Record kinds. */
+/* Record kinds: each record starts with its kind. */
 #define EV_CALL 1
 #define EV_XMIT 2
 #define EV_RETRANS 3
 #define EV_DROP 4
+#define EV_SOCK 5
+
+/* call.bits */
+#define B_LEFT 1      /* a device sent the write's last byte during the call */
+#define B_IN_FLIGHT 2 /* unacknowledged segments after the call */
+#define B_NONAGLE_SHIFT 4
 
 #define S_IFMT 0170000
 #define S_IFSOCK 0140000
@@ -34,32 +53,47 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define AF_INET6 10
 #define RB_NO_WAKEUP 1 /* userspace polls the ring: no wakeup per record */
 
-/* One record; the layout is mirrored by `Raw` in src/inspect/trace/ebpf.rs. */
-struct event {
-	__u64 t_enter;     /* ns, CLOCK_MONOTONIC */
-	__u64 t_exit;
-	__u64 sk;          /* the socket's address: an id for joining, never dereferenced */
-	__u64 ino;         /* socket inode */
-	__s64 ret;
-	__u64 arg2;
-	__u64 arg3;
+/* The records; mirrored in src/inspect/trace/records.rs. */
+struct call {
+	__u8 kind;
+	__u8 dir;      /* C_READ, C_WRITE; C_WAIT, C_ACCEPT (syscalls only) */
+	__u8 bits;
+	__u8 pad;
+	__u32 ino;     /* socket inode; 0 for a wait */
+	__u64 t;       /* the call's end, ns CLOCK_MONOTONIC */
+	__u64 t_enter; /* its start; 0 when not known (sock) */
 	__u32 tid;
 	__u32 tgid;
-	__u32 nr;
-	__s32 fd;
-	__u32 seq;         /* call: write_seq after it; xmit/retrans/drop: first byte */
-	__u32 snd_nxt;     /* call: snd_nxt after it; xmit/retrans/drop: end */
-	__u32 packets_out;
-	__u32 mss;
-	__u16 kind;
-	__u8 code;
-	__u8 nonagle;
+	__s32 ret;
+	__s32 fd;      /* -1: not a socket syscall (io_uring, the kernel's own) */
+	__u16 nr;
+	__u16 mss;     /* writes: send MSS */
+	__u32 arg;     /* MSG_* flags of send*, the byte count of sendfile/splice */
+	__u32 seq;     /* writes: write_seq after the call (the end of its bytes) */
+	__u32 snd_nxt; /* writes: snd_nxt after the call */
+};
+
+/* A socket's addresses, sent once, before its first call. */
+struct sockrec {
+	__u8 kind;
+	__u8 pad;
 	__u16 family;
+	__u32 ino;
 	__u16 lport;
 	__u16 rport;
-	__u16 left;        /* call: a device sent the last byte during the call */
+	__u32 pad2;
 	__u8 laddr[16];
 	__u8 raddr[16];
+};
+
+/* A segment of a watched socket sent, re-sent or dropped. */
+struct segment {
+	__u8 kind;
+	__u8 pad[3];
+	__u32 ino;
+	__u64 t;
+	__u32 seq; /* first byte */
+	__u32 end;
 };
 
 /* The traced processes: one bit per process id (pid_max is at most 2^22),
@@ -86,34 +120,29 @@ struct {
 	__type(value, __u8);
 } calls SEC(".maps");
 
-/* A traced thread's current call: when it began. Indexed by the thread id's
- * low bits (an array: no lock, no allocation); the id is kept to tell two
- * threads on one slot apart (the later one is then timed from its exit). */
-#define ENTRY_SLOTS 65536
-struct entry {
-	__u64 t;
-	__u32 tid;
-	__u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, ENTRY_SLOTS);
-	__type(key, __u32);
-	__type(value, struct entry);
-} entries SEC(".maps");
-
-/* A socket a traced process read or wrote: the last byte a device sent, and
- * when; and the end of written bytes not yet seen leaving. Only these
+/* A socket a traced process read or wrote: its inode, the end of the bytes a
+ * device sent, and the end of written bytes not yet seen leaving. Only these
  * sockets' packets are looked at. */
 struct sent {
-	__u64 last_t;
+	__u32 ino;
 	__u32 last_end;
 	__u32 pending_end;
-	__u32 pending;
-	__u32 pad;
+	__u8 seen; /* last_end is set */
+	__u8 pending;
+	__u16 pad;
 };
 
+/* sock: kept in the socket itself, freed with it (no lookup by hash, no
+ * stale entry when a socket's memory is reused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sent);
+} sk_sent SEC(".maps");
+
+/* syscalls: the socket is found through a probe read, which sk storage does
+ * not take; an LRU keyed by its address instead. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -141,17 +170,165 @@ static __always_inline void count(__u32 i)
 		*n += 1;
 }
 
-static __always_inline struct event *reserve(void)
+static __always_inline void *reserve(__u64 size)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	void *e = bpf_ringbuf_reserve(&events, size, 0);
 	count(e ? 1 : 0);
 	return e;
 }
 
+/* Whether `a` comes at or after `b` in sequence space. */
+static __always_inline int after_eq(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) >= 0;
+}
+
+/* Sends a socket's addresses (once: `v` is new). */
+static __always_inline void sock_record(struct sock *sk, __u32 ino)
+{
+	struct sockrec *r = reserve(sizeof(*r));
+	if (!r)
+		return;
+	__builtin_memset(r, 0, sizeof(*r));
+	r->kind = EV_SOCK;
+	r->ino = ino;
+	r->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	r->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	__u16 dport = BPF_CORE_READ(sk, __sk_common.skc_dport);
+	r->rport = __builtin_bswap16(dport);
+	if (r->family == AF_INET6) {
+		BPF_CORE_READ_INTO(&r->laddr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&r->raddr, sk, __sk_common.skc_v6_daddr);
+	} else {
+		BPF_CORE_READ_INTO((__u32 *)r->laddr, sk, __sk_common.skc_rcv_saddr);
+		BPF_CORE_READ_INTO((__u32 *)r->raddr, sk, __sk_common.skc_daddr);
+	}
+	bpf_ringbuf_submit(r, RB_NO_WAKEUP);
+}
+
+/* A write's bytes: whether they left during the call, and if not, watch
+ * the socket's packets for them. */
+static __always_inline void follow(struct call *e, struct sent *v)
+{
+	if (v->seen && after_eq(v->last_end, e->seq))
+		e->bits |= B_LEFT;
+	else if (e->ret > 0) {
+		/* Not out yet (held, or queued below TCP). */
+		v->pending_end = e->seq;
+		v->pending = 1;
+	}
+}
+
+static __always_inline __u32 arg_of(__u8 code, struct pt_regs *regs)
+{
+	switch (code >> A_SHIFT) {
+	case A_DX:
+		return regs->dx;
+	case A_R10:
+		return regs->r10;
+	case A_R8:
+		return regs->r8;
+	}
+	return 0;
+}
+
+/* sock: a read or write on a socket of a traced process, at its end.
+ * tp_btf/sock_{send,recv}_length: (struct sock *sk, int ret, int flags). */
+static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!is_traced(tgid))
+		return 0;
+	struct sock *sk = (struct sock *)ctx[0];
+	/* TCP only (its sockets are all SOCK_STREAM). */
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	struct sent *v = bpf_sk_storage_get(&sk_sent, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!v)
+		return 0;
+	if (!v->ino) {
+		struct socket *so = sk->sk_socket;
+		__u32 ino = so ? so->file->f_inode->i_ino : 0;
+		/* A socket with no file (the kernel's own) has nothing to name it by. */
+		if (!ino)
+			return 0;
+		v->ino = ino;
+		sock_record(sk, ino);
+	}
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	__u32 nr = regs->orig_ax;
+	__u8 *cp = bpf_map_lookup_elem(&calls, &nr);
+	__u8 code = cp ? *cp : 0;
+	__u8 what = code & C_MASK;
+	int fd = -1;
+	/* A socket syscall of this direction names the descriptor; anything
+	 * else (io_uring, a send made by the kernel) is mapped by inode later. */
+	if (what == C_SPLICE)
+		fd = dir == C_WRITE ? regs->dx : regs->di;
+	else if (what == dir)
+		fd = regs->di;
+	struct call *e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->kind = EV_CALL;
+	e->dir = dir;
+	e->ino = v->ino;
+	e->t = bpf_ktime_get_ns();
+	e->tid = id;
+	e->tgid = tgid;
+	e->ret = ctx[1];
+	e->fd = fd;
+	e->nr = nr;
+	e->arg = fd >= 0 ? arg_of(code, regs) : 0;
+	if (dir == C_WRITE) {
+		e->seq = tp->write_seq;
+		e->snd_nxt = tp->snd_nxt;
+		e->mss = tp->mss_cache;
+		if (tp->packets_out)
+			e->bits |= B_IN_FLIGHT;
+		e->bits |= BPF_CORE_READ_BITFIELD(tp, nonagle) << B_NONAGLE_SHIFT;
+		follow(e, v);
+	}
+	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int trace_send(__u64 *ctx)
+{
+	return on_sock_call(ctx, C_WRITE);
+}
+
+SEC("tp_btf/sock_recv_length")
+int trace_recv(__u64 *ctx)
+{
+	return on_sock_call(ctx, C_READ);
+}
+
+/* syscalls: a traced thread's current call, when it began. Indexed by the
+ * thread id's low bits (an array: no lock, no allocation); the id is kept to
+ * tell two threads on one slot apart (the later one is then timed from its exit). */
+#define ENTRY_SLOTS 65536
+struct entry {
+	__u64 t;
+	__u32 tid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ENTRY_SLOTS);
+	__type(key, __u32);
+	__type(value, struct entry);
+} entries SEC(".maps");
+
 /* The TCP socket behind descriptor `fd` of the current process, or 0. The
  * walk to the descriptor array is plain loads on BTF pointers; from the
  * file on, helper reads. */
-static __always_inline struct sock *fd_sock(int fd, __u64 *ino)
+static __always_inline struct sock *fd_sock(int fd, __u32 *ino)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct fdtable *fdt = task->files->fdt;
@@ -171,21 +348,6 @@ static __always_inline struct sock *fd_sock(int fd, __u64 *ino)
 		return 0;
 	*ino = BPF_CORE_READ(inode, i_ino);
 	return sk;
-}
-
-static __always_inline void addresses(struct event *e, struct sock *sk)
-{
-	e->family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	e->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	__u16 dport = BPF_CORE_READ(sk, __sk_common.skc_dport);
-	e->rport = __builtin_bswap16(dport);
-	if (e->family == AF_INET6) {
-		BPF_CORE_READ_INTO(&e->laddr, sk, __sk_common.skc_v6_rcv_saddr);
-		BPF_CORE_READ_INTO(&e->raddr, sk, __sk_common.skc_v6_daddr);
-	} else {
-		BPF_CORE_READ_INTO((__u32 *)e->laddr, sk, __sk_common.skc_rcv_saddr);
-		BPF_CORE_READ_INTO((__u32 *)e->raddr, sk, __sk_common.skc_daddr);
-	}
 }
 
 /* tp_btf/sys_enter: (struct pt_regs *regs, long id). */
@@ -218,7 +380,7 @@ int trace_exit(__u64 *ctx)
 	__u8 *codep = bpf_map_lookup_elem(&calls, &nr);
 	if (!codep || !*codep)
 		return 0;
-	__u8 code = *codep;
+	__u8 code = *codep, what = code & C_MASK;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = id;
 	if (!is_traced(tgid))
@@ -235,13 +397,13 @@ int trace_exit(__u64 *ctx)
 	/* The arguments are still in the saved registers at exit. */
 	__u64 a0 = regs->di, a2 = regs->dx;
 	struct sock *sk = 0;
-	__u64 ino = 0;
+	__u32 ino = 0;
 	int fd = -1;
-	__u8 dir = code;
-	if (code == C_READ || code == C_WRITE) {
+	__u8 dir = what;
+	if (what == C_READ || what == C_WRITE) {
 		fd = a0;
 		sk = fd_sock(fd, &ino);
-	} else if (code == C_SPLICE) {
+	} else if (what == C_SPLICE) {
 		fd = a2;
 		dir = C_WRITE;
 		sk = fd_sock(fd, &ino);
@@ -250,58 +412,49 @@ int trace_exit(__u64 *ctx)
 			dir = C_READ;
 			sk = fd_sock(fd, &ino);
 		}
-	} else if (code == C_ACCEPT && ret >= 0) {
+	} else if (what == C_ACCEPT && ret >= 0) {
 		fd = ret;
 		sk = fd_sock(fd, &ino);
 	}
-	if (code != C_WAIT && !sk)
+	if (what != C_WAIT && !sk)
 		return 0;
-	struct event *e = reserve();
+	struct sent *v = 0;
+	if (sk) {
+		__u64 key = (__u64)sk;
+		v = bpf_map_lookup_elem(&socks, &key);
+		if (!v || v->ino != ino) {
+			/* New, or another socket at a freed one's address. */
+			struct sent n = {.ino = ino};
+			bpf_map_update_elem(&socks, &key, &n, BPF_ANY);
+			v = bpf_map_lookup_elem(&socks, &key);
+			sock_record(sk, ino);
+		}
+	}
+	struct call *e = reserve(sizeof(*e));
 	if (!e)
 		return 0;
 	__builtin_memset(e, 0, sizeof(*e));
 	e->kind = EV_CALL;
+	e->dir = dir;
+	e->ino = ino;
+	e->t = now;
 	e->t_enter = enter;
-	e->t_exit = now;
 	e->tid = tid;
 	e->tgid = tgid;
 	e->nr = nr;
-	e->code = dir;
 	e->fd = fd;
 	e->ret = ret;
-	e->arg2 = a2;
-	e->arg3 = regs->r10;
-	if (sk) {
-		e->sk = (__u64)sk;
-		e->ino = ino;
-		__u64 key = (__u64)sk;
-		struct sent *v = bpf_map_lookup_elem(&socks, &key);
-		/* Addresses on a socket's first record only (family 0 after). */
-		if (!v)
-			addresses(e, sk);
-		if (dir == C_WRITE) {
-			struct tcp_sock *tp = (void *)sk;
-			e->seq = BPF_CORE_READ(tp, write_seq);
-			e->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
-			e->packets_out = BPF_CORE_READ(tp, packets_out);
-			e->mss = BPF_CORE_READ(tp, mss_cache);
-			e->nonagle = BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle);
-			e->left = v && v->last_t >= enter && (__s32)(v->last_end - e->seq) >= 0;
-			if (ret > 0 && !e->left) {
-				/* Not out yet (held, or queued below TCP): watch for it. */
-				if (v) {
-					v->pending_end = e->seq;
-					v->pending = 1;
-				} else {
-					struct sent n = {.pending_end = e->seq, .pending = 1};
-					bpf_map_update_elem(&socks, &key, &n, BPF_ANY);
-				}
-			}
-		} else if (!v) {
-			/* Known from its first read on, so the next write's packets are seen. */
-			struct sent n = {};
-			bpf_map_update_elem(&socks, &key, &n, BPF_NOEXIST);
-		}
+	e->arg = arg_of(code, regs);
+	if (sk && dir == C_WRITE) {
+		struct tcp_sock *tp = (void *)sk;
+		e->seq = BPF_CORE_READ(tp, write_seq);
+		e->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+		e->mss = BPF_CORE_READ(tp, mss_cache);
+		if (BPF_CORE_READ(tp, packets_out))
+			e->bits |= B_IN_FLIGHT;
+		e->bits |= BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle) << B_NONAGLE_SHIFT;
+		if (v)
+			follow(e, v);
 	}
 	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
 	return 0;
@@ -324,6 +477,19 @@ int trace_fork(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+/* The watched state of socket `sk`, or 0: the packet programs run for every
+ * packet on the host, so an unwatched socket costs one lookup. */
+static __always_inline struct sent *watched(struct sock *sk)
+{
+	if (!sk)
+		return 0;
+	if (syscalls) {
+		__u64 key = (__u64)sk;
+		return bpf_map_lookup_elem(&socks, &key);
+	}
+	return bpf_sk_storage_get(&sk_sent, sk, 0, 0);
+}
+
 /* The sequence range of the data in a TCP packet, and its source port; 0
  * when it carries none. */
 static __always_inline int tcp_range(struct sk_buff *skb, __u32 *seq, __u32 *end, __u16 *sport)
@@ -344,18 +510,18 @@ static __always_inline int tcp_range(struct sk_buff *skb, __u32 *seq, __u32 *end
 	return 1;
 }
 
-/* A record of a segment of socket `key`: sent, re-sent or dropped. */
-static __always_inline void segment(__u16 kind, __u64 key, __u32 seq, __u32 end, __u64 now)
+/* A record of a segment of a watched socket: sent, re-sent or dropped. */
+static __always_inline void segment(__u8 kind, __u32 ino, __u32 seq, __u32 end)
 {
-	struct event *e = reserve();
+	struct segment *e = reserve(sizeof(*e));
 	if (!e)
 		return;
 	__builtin_memset(e, 0, sizeof(*e));
 	e->kind = kind;
-	e->t_enter = e->t_exit = now;
-	e->sk = key;
+	e->ino = ino;
+	e->t = bpf_ktime_get_ns();
 	e->seq = seq;
-	e->snd_nxt = end;
+	e->end = end;
 	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
 }
 
@@ -365,51 +531,51 @@ SEC("tp_btf/net_dev_start_xmit")
 int trace_xmit(__u64 *ctx)
 {
 	struct sk_buff *skb = (struct sk_buff *)ctx[0];
-	__u64 key = (__u64)skb->sk;
-	if (!key)
-		return 0;
-	struct sent *v = bpf_map_lookup_elem(&socks, &key);
+	struct sent *v = watched(skb->sk);
 	if (!v)
 		return 0;
 	__u32 seq, end;
 	__u16 sport;
 	if (!tcp_range(skb, &seq, &end, &sport))
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	v->last_t = now;
-	v->last_end = end;
+	if (!v->seen || after_eq(end, v->last_end)) {
+		v->last_end = end;
+		v->seen = 1;
+	}
 	if (!v->pending)
 		return 0;
-	if ((__s32)(end - v->pending_end) >= 0)
+	if (after_eq(end, v->pending_end))
 		v->pending = 0;
-	segment(EV_XMIT, key, seq, end, now);
+	segment(EV_XMIT, v->ino, seq, end);
 	return 0;
 }
 
-/* TCP re-sends a segment of a watched socket. */
-SEC("raw_tracepoint/tcp_retransmit_skb")
-int trace_retransmit(struct bpf_raw_tracepoint_args *ctx)
+/* TCP re-sends a segment of a watched socket.
+ * tp_btf/tcp_retransmit_skb: (const struct sock *sk, const struct sk_buff *skb, int err). */
+SEC("tp_btf/tcp_retransmit_skb")
+int trace_retransmit(__u64 *ctx)
 {
-	struct sk_buff *skb = (void *)ctx->args[1];
-	__u64 key = ctx->args[0];
-	if (!bpf_map_lookup_elem(&socks, &key))
+	struct sent *v = watched((struct sock *)ctx[0]);
+	if (!v)
 		return 0;
+	struct sk_buff *skb = (struct sk_buff *)ctx[1];
 	__u32 range[2];
 	if (bpf_probe_read_kernel(range, sizeof(range), skb->cb))
 		return 0;
-	segment(EV_RETRANS, key, range[0], range[1], bpf_ktime_get_ns());
+	segment(EV_RETRANS, v->ino, range[0], range[1]);
 	return 0;
 }
 
 /* A packet of a watched socket dropped before it left the host (netfilter,
  * a qdisc): TCP keeps its bytes and sends them again later, which on the
- * wire looks like a hold. */
+ * wire looks like a hold. tp_btf/kfree_skb: (struct sk_buff *skb, …). */
 SEC("tp_btf/kfree_skb")
 int trace_drop(__u64 *ctx)
 {
 	struct sk_buff *skb = (struct sk_buff *)ctx[0];
-	__u64 key = (__u64)skb->sk;
-	if (!key || !bpf_map_lookup_elem(&socks, &key))
+	struct sock *sk = skb->sk;
+	struct sent *v = watched(sk);
+	if (!v)
 		return 0;
 	__u32 seq, end;
 	__u16 sport;
@@ -417,8 +583,8 @@ int trace_drop(__u64 *ctx)
 		return 0;
 	/* Only the socket's own data going out: a dropped incoming segment
 	 * carries the peer's sequence numbers. */
-	if (sport != BPF_CORE_READ((struct sock *)key, __sk_common.skc_num))
+	if (sport != BPF_CORE_READ(sk, __sk_common.skc_num))
 		return 0;
-	segment(EV_DROP, key, seq, end, bpf_ktime_get_ns());
+	segment(EV_DROP, v->ino, seq, end);
 	return 0;
 }

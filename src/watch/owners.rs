@@ -47,7 +47,7 @@ pub struct Owners {
 impl Owners {
     /// Loads and attaches the program; Err says why there will be no process labels.
     pub fn start() -> Result<Owners, String> {
-        let mut bpf = crate::ebpf::load(crate::ebpf::OWNERS_OBJ, &[("owner_send", "sock_send_length")])?;
+        let mut bpf = crate::ebpf::load(crate::ebpf::OWNERS_OBJ, &[], &[("owner_send", "sock_send_length")])?;
         let map = bpf.take_map("owners").ok_or("the BPF object has no map owners")?;
         let map = BpfHash::try_from(map).map_err(|e| format!("BPF map: {e}"))?;
         Ok(Owners { map, cgroups: HashMap::new(), _bpf: bpf })

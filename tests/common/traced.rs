@@ -120,6 +120,11 @@ pub fn assert_untraced(pid: u32, stopped: bool) {
 }
 
 pub fn nginx(dir: &std::path::Path, port: u16, nodelay: bool) -> Proc {
+    nginx_with(dir, port, nodelay, "")
+}
+
+/// The same with more parameters of `listen` (`sndbuf=4m`…).
+pub fn nginx_with(dir: &std::path::Path, port: u16, nodelay: bool, listen: &str) -> Proc {
     std::fs::create_dir_all(dir.join("www")).unwrap();
     let page = format!("<html><body>{}</body></html>\n", "tcpdoctor trace page. ".repeat(25));
     std::fs::write(dir.join("www/index.html"), page).unwrap();
@@ -130,7 +135,7 @@ events {{ worker_connections 256; }}\nhttp {{\n default_type text/html;\n access
  client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fastcgi;\n\
  uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n sendfile on;\n tcp_nopush off;\n tcp_nodelay {on};\n\
  keepalive_timeout 65;\n keepalive_requests 100000;\n\
- server {{ listen 127.0.0.1:{port}; root {d}/www; location / {{ index index.html; }} }}\n}}\n",
+ server {{ listen 127.0.0.1:{port} {listen}; root {d}/www; location / {{ index index.html; }} }}\n}}\n",
         on = if nodelay { "on" } else { "off" }
     );
     std::fs::write(dir.join("nginx.conf"), conf).unwrap();

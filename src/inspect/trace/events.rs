@@ -51,6 +51,11 @@ pub(crate) enum Call {
     Ppoll,
     Select,
     Pselect6,
+    /// Data sent on a socket outside a socket syscall (io_uring, a send the
+    /// kernel makes itself): seen only by eBPF on the socket tracepoints.
+    SockSend,
+    /// Data received the same way.
+    SockRecv,
 }
 
 impl Call {
@@ -82,6 +87,8 @@ impl Call {
             Call::Ppoll => "ppoll",
             Call::Select => "select",
             Call::Pselect6 => "pselect6",
+            Call::SockSend => "sock_sendmsg",
+            Call::SockRecv => "sock_recvmsg",
         }
     }
 
@@ -95,7 +102,8 @@ impl Call {
             | Call::Preadv2
             | Call::Recvfrom
             | Call::Recvmsg
-            | Call::Recvmmsg => Dir::Read,
+            | Call::Recvmmsg
+            | Call::SockRecv => Dir::Read,
             Call::Write
             | Call::Writev
             | Call::Pwrite64
@@ -105,7 +113,8 @@ impl Call {
             | Call::Sendmsg
             | Call::Sendmmsg
             | Call::Sendfile
-            | Call::Splice => Dir::Write,
+            | Call::Splice
+            | Call::SockSend => Dir::Write,
             Call::EpollWait
             | Call::EpollPwait
             | Call::EpollPwait2

@@ -11,13 +11,15 @@
 //! TCP keeps and sends again on the next ACK or timer.
 
 use super::events::Nagle;
+use std::collections::HashMap;
 
 /// A write as the kernel saw it at the call's exit.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Write {
     /// The socket (an id).
     pub sk: u64,
-    /// Call entry and exit, ns.
+    /// Call entry (or a time before it: on the socket tracepoints, the
+    /// thread's previous record) and exit, ns.
     pub t_enter: u64,
     pub t_exit: u64,
     /// Bytes handed to TCP.
@@ -27,7 +29,7 @@ pub(crate) struct Write {
     /// `snd_nxt` after the call: what TCP had sent by then.
     pub snd_nxt: u32,
     /// Segments sent and not yet acknowledged, after the call.
-    pub packets_out: u32,
+    pub in_flight: bool,
     /// Send MSS.
     pub mss: u32,
     /// Nagle state at the write.
@@ -88,41 +90,51 @@ const RESEND_MATCH_NS: u64 = 1_000_000;
 
 /// The fate of each write (`xmits` in time order).
 pub(crate) fn join(writes: &[Write], xmits: &[Xmit]) -> Vec<Fate> {
-    writes
+    // Each write looks only at its socket's segments, from its call on: a
+    // busy trace has hundreds of thousands of each.
+    let mut by_sock: HashMap<u64, Vec<&Xmit>> = HashMap::new();
+    for x in xmits {
+        by_sock.entry(x.sk).or_default().push(x);
+    }
+    writes.iter().map(|w| fate(w, by_sock.get(&w.sk).map_or(&[][..], Vec::as_slice))).collect()
+}
+
+/// The fate of write `w`, given its socket's segments in time order.
+fn fate(w: &Write, xs: &[&Xmit]) -> Fate {
+    let unsent = w.end.wrapping_sub(w.snd_nxt) as i32;
+    if w.bytes == 0 {
+        return Fate::Unseen;
+    }
+    if unsent <= 0 && w.left {
+        return Fate::AtOnce;
+    }
+    // A re-send matched to the departure may precede it a little.
+    let xs = &xs[xs.partition_point(|x| x.t < w.t_enter.saturating_sub(RESEND_MATCH_NS))..];
+    let last = w.end.wrapping_sub(1);
+    let covers = |x: &Xmit| after_eq(last, x.seq) && !after_eq(last, x.end);
+    let Some(dep) = xs.iter().find(|x| x.what == Sent::Out && x.t >= w.t_enter && covers(x)) else {
+        return match xs.iter().find(|x| x.what == Sent::Again && x.t >= w.t_enter && covers(x)) {
+            Some(r) => Fate::Resent(r.t.saturating_sub(w.t_exit)),
+            None => Fate::Unseen,
+        };
+    };
+    let wait = dep.t.saturating_sub(w.t_exit);
+    let resent = xs
         .iter()
-        .map(|w| {
-            let unsent = w.end.wrapping_sub(w.snd_nxt) as i32;
-            if w.bytes == 0 {
-                return Fate::Unseen;
-            }
-            if unsent <= 0 && w.left {
-                return Fate::AtOnce;
-            }
-            let last = w.end.wrapping_sub(1);
-            let covers = |x: &Xmit| x.sk == w.sk && after_eq(last, x.seq) && !after_eq(last, x.end);
-            let Some(dep) = xmits.iter().find(|x| x.what == Sent::Out && x.t >= w.t_enter && covers(x)) else {
-                return match xmits.iter().find(|x| x.what == Sent::Again && x.t >= w.t_enter && covers(x)) {
-                    Some(r) => Fate::Resent(r.t.saturating_sub(w.t_exit)),
-                    None => Fate::Unseen,
-                };
-            };
-            let wait = dep.t.saturating_sub(w.t_exit);
-            let resent =
-                xmits.iter().any(|x| x.what == Sent::Again && covers(x) && x.t.abs_diff(dep.t) <= RESEND_MATCH_NS);
-            // Dropped on its way out after the call began: it waited for TCP to try again, not for Nagle.
-            let dropped =
-                xmits.iter().any(|x| x.what == Sent::Dropped && covers(x) && x.t >= w.t_enter && x.t <= dep.t);
-            if resent || dropped {
-                Fate::Resent(wait)
-            } else if unsent <= 0 {
-                Fate::Queued(wait)
-            } else if w.nagle == Nagle::On && w.packets_out > 0 && (unsent as u32) < w.mss.max(1) {
-                Fate::Nagle(wait)
-            } else {
-                Fate::Held(wait)
-            }
-        })
-        .collect()
+        .take_while(|x| x.t <= dep.t + RESEND_MATCH_NS)
+        .any(|x| x.what == Sent::Again && covers(x) && x.t.abs_diff(dep.t) <= RESEND_MATCH_NS);
+    // Dropped on its way out after the call began: it waited for TCP to try again, not for Nagle.
+    let dropped =
+        xs.iter().take_while(|x| x.t <= dep.t).any(|x| x.what == Sent::Dropped && covers(x) && x.t >= w.t_enter);
+    if resent || dropped {
+        Fate::Resent(wait)
+    } else if unsent <= 0 {
+        Fate::Queued(wait)
+    } else if w.nagle == Nagle::On && w.in_flight && (unsent as u32) < w.mss.max(1) {
+        Fate::Nagle(wait)
+    } else {
+        Fate::Held(wait)
+    }
 }
 
 #[cfg(test)]
@@ -139,7 +151,7 @@ mod tests {
             bytes,
             end,
             snd_nxt,
-            packets_out: 1,
+            in_flight: true,
             mss: 1448,
             nagle: Nagle::On,
             left,
@@ -163,7 +175,7 @@ mod tests {
         let mut corked = w(0, 1825, 587, 1238, false);
         corked.nagle = Nagle::Corked;
         let mut nothing_in_flight = w(0, 1825, 587, 1238, false);
-        nothing_in_flight.packets_out = 0;
+        nothing_in_flight.in_flight = false;
         let xmits = [x(2 * MS, 1238, 1825, false)];
         let got = join(&[corked, nothing_in_flight], &xmits);
         assert_eq!(got, vec![Fate::Held(2 * MS - 10_000); 2]);

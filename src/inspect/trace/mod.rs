@@ -17,12 +17,14 @@
 //! instead ([`ebpf`]), nothing stops the process, and each write's bytes are
 //! followed until they leave the host ([`hold`]); [`Method`] says which.
 
+mod decode;
 mod detect;
 mod ebpf;
 mod events;
 mod hold;
 mod proof;
 mod ptrace;
+mod records;
 
 use super::{procfs, sockopt};
 use crate::record::inspect::{Trace, TraceExample, TraceKind, TraceLine, TraceOverhead};
@@ -124,6 +126,8 @@ struct Recording {
     handling_max: Duration,
     signals: u64,
     calibration: Option<ptrace::Calibration>,
+    /// Calls recorded as they ended, without their start (eBPF on the socket tracepoints).
+    untimed: bool,
     notes: Vec<String>,
 }
 
@@ -250,6 +254,7 @@ impl Tracer {
                 handling_max: Duration::ZERO,
                 signals: 0,
                 calibration: None,
+                untimed: false,
                 notes: Vec::new(),
             },
             other_arch: 0,
@@ -817,12 +822,12 @@ fn report(
             write_write_read: k.write_write_read,
         })
         .collect();
-    let holds: Vec<ebpf::Hold> = extra
+    let holds: Vec<decode::Hold> = extra
         .as_ref()
         .map(|x| x.holds.iter().filter(|h| port.is_none_or(|p| h.port == p)).copied().collect())
         .unwrap_or_default();
     let fates: HashMap<(u32, u64), hold::Fate> = holds.iter().map(|h| ((h.tid, h.t_ns), h.fate)).collect();
-    let example = d.example.as_ref().map(|ex| example(&rec.events, &rec.socks, ex, &fates));
+    let example = d.example.as_ref().map(|ex| example(&rec.events, &rec.socks, ex, &fates, rec.untimed));
     let mut notes = std::mem::take(&mut rec.notes);
     if rec.dropped > 0 {
         notes.push(format!(
@@ -925,6 +930,7 @@ fn example(
     socks: &[Sock],
     ex: &detect::Example,
     fates: &HashMap<(u32, u64), hold::Fate>,
+    untimed: bool,
 ) -> TraceExample {
     let sock = &socks[ex.sock as usize];
     // Accepted during the trace: its peer is in the table if it is still open.
@@ -942,19 +948,20 @@ fn example(
         .map(|&i| {
             let e = &ev[i];
             let t_ms = e.t_ns.saturating_sub(t0) as f64 / 1e6;
-            let took_ms = e.end_ns.saturating_sub(e.t_ns) as f64 / 1e6;
+            let took_ms = (!untimed).then(|| e.end_ns.saturating_sub(e.t_ns) as f64 / 1e6);
             let result = match e.ret {
                 r if r < 0 => errno_name(-r),
                 r if e.dir == Dir::Wait => format!("→ {r}"),
                 r if e.call.counts_messages() => format!("{r} msg"),
                 r => format!("{r} B"),
             };
+            // A call outside a socket syscall (io_uring) names no descriptor.
             let mut text = match e.sock {
-                Some(_) => format!("+{:.3} {} fd {} {result}", t_ms / 1e3, e.call.name(), e.fd),
-                None => format!("+{:.3} {} {result}", t_ms / 1e3, e.call.name()),
+                Some(_) if e.fd >= 0 => format!("+{:.3} {} fd {} {result}", t_ms / 1e3, e.call.name(), e.fd),
+                _ => format!("+{:.3} {} {result}", t_ms / 1e3, e.call.name()),
             };
-            if took_ms >= 1.0 {
-                text.push_str(&format!(" (waited {took_ms:.1} ms)"));
+            if let Some(took) = took_ms.filter(|&t| t >= 1.0) {
+                text.push_str(&format!(" (waited {took:.1} ms)"));
             }
             if let Some(f) = fates.get(&(e.tid, e.t_ns)) {
                 text.push_str(&format!(" [kernel: {}]", proof::fate_phrase(*f)));
@@ -969,7 +976,7 @@ fn example(
                     Dir::Read => "read",
                     Dir::Wait => "wait",
                 },
-                fd: e.sock.map(|_| e.fd),
+                fd: e.sock.map(|_| e.fd).filter(|&fd| fd >= 0),
                 ret: e.ret,
                 text,
             }

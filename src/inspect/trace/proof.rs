@@ -1,7 +1,8 @@
 //! The eBPF trace's own sections of the report: what the kernel says
 //! happened to each write's bytes, and what the tracing cost.
 
-use super::ebpf::{Extra, Hold};
+use super::decode::Hold;
+use super::ebpf::{Extra, Hooks};
 use super::hold::Fate;
 use crate::record::inspect::{TraceCost, TraceHold};
 use std::time::Duration;
@@ -121,12 +122,20 @@ pub(super) fn cost(x: &Extra, calls: u64, traced: Duration, responses: u64) -> T
     let per_call_us = cal.map(|c| c.traced_ns / 1e3);
     let held_share = per_call_us.map(|us| calls as f64 / secs * us / 1e6);
     let added_ms = per_call_us.filter(|_| responses > 0).map(|us| calls as f64 / responses as f64 * us / 1e3);
-    let mut text =
-        format!("eBPF, the process never stopped: {} records ({:.0}/s, {} lost)", x.sent, x.sent as f64 / secs, x.lost);
+    let (at, other) = match x.hooks {
+        Hooks::Sock => ("the socket tracepoints", "another process's socket read or write"),
+        Hooks::Syscalls => ("the syscall tracepoints", "any other syscall on the host"),
+    };
+    let mut text = format!(
+        "eBPF at {at}, the process never stopped: {} records ({:.0}/s, {} lost)",
+        x.sent,
+        x.sent as f64 / secs,
+        x.lost
+    );
     match cal {
         Some(c) => text.push_str(&format!(
-            "; each traced call cost ≈ {:.2} µs more CPU (measured at start), any other syscall on the host ≈ {:.0} \
-ns; the process's threads lost {:.2} % of their time{}",
+            "; each traced call cost ≈ {:.2} µs more CPU (measured at start), {other} ≈ {:.0} ns; the process's \
+threads lost {:.2} % of their time{}",
             c.traced_ns / 1e3,
             c.other_ns,
             held_share.unwrap_or(0.0) * 100.0,
@@ -135,6 +144,7 @@ ns; the process's threads lost {:.2} % of their time{}",
         None => text.push_str("; the cost per call could not be measured at start"),
     }
     TraceCost {
+        tracepoints: x.hooks.name(),
         records: x.sent,
         records_per_s: x.sent as f64 / secs,
         lost: x.lost,

@@ -117,17 +117,19 @@ pub struct TraceExample {
 /// One call of an example.
 #[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct TraceLine {
-    /// Entry time, ms after the example's first write.
+    /// Entry time, ms after the example's first write (with eBPF on the
+    /// socket tracepoints: the time the call ended).
     pub t_ms: f64,
-    /// Time in the call, ms.
-    pub took_ms: f64,
+    /// Time in the call, ms; null when not known (eBPF on the socket
+    /// tracepoints sees a call only as it ends).
+    pub took_ms: Option<f64>,
     /// Thread.
     pub tid: u32,
     /// Syscall name.
     pub call: &'static str,
     /// `write`, `read` or `wait`.
     pub kind: &'static str,
-    /// Descriptor (absent for waits).
+    /// Descriptor (absent for waits, and for a call outside a socket syscall such as io_uring's).
     pub fd: Option<i32>,
     /// Return value: bytes, ready descriptors, or -errno.
     pub ret: i64,
@@ -169,6 +171,10 @@ pub struct TraceOverhead {
 /// What the eBPF programs cost.
 #[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct TraceCost {
+    /// Where the calls were seen: `sock` (the socket tracepoints, at the end
+    /// of each socket read or write: no waits, no durations) or `syscalls`
+    /// (the syscall tracepoints, the fallback: every syscall on the host passes them).
+    pub tracepoints: &'static str,
     /// Records the programs sent (calls, and the transmits of watched bytes).
     pub records: u64,
     /// Per second of trace.
@@ -180,7 +186,8 @@ pub struct TraceCost {
     /// Measured at start: the CPU time the programs add to a traced call (a
     /// read on a TCP socket of a traced process), µs.
     pub calibrated_us_per_call: Option<f64>,
-    /// Measured at start: the CPU time they add to any other syscall on the host, ns.
+    /// Measured at start: the CPU time they add to another process's socket
+    /// read (with `syscalls`: to any other syscall on the host), ns.
     pub calibrated_ns_other_syscall: Option<f64>,
     /// Thread time added per second of trace, summed over threads (calls/s × cost).
     pub held_share: Option<f64>,
