@@ -67,7 +67,11 @@ measure() { # -> "recv_ns getppid_ns"
     local n
     n=$(wc -l <"$WORK/loop.out")
     echo measure >&3
-    until [ "$(wc -l <"$WORK/loop.out")" -gt "$n" ]; do sleep 0.1; done
+    for _ in $(seq 1200); do
+        [ "$(wc -l <"$WORK/loop.out")" -gt "$n" ] && break
+        sleep 0.1
+    done
+    [ "$(wc -l <"$WORK/loop.out")" -gt "$n" ] || { echo "the measuring loop gave no result in 120 s" >&2; exit 1; }
     tail -1 "$WORK/loop.out"
 }
 traced_measure() { # BIN PID -> "recv_ns getppid_ns"
