@@ -26,12 +26,9 @@ set -euo pipefail
 RUNS=${1:-3}
 SECS=${2:-5}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-if [ -n "${TCPDOCTOR:-}" ]; then
-    TD=$TCPDOCTOR
-else
-    cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
-    TD="$ROOT/target/release/tcpdoctor"
-fi
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+TD=$(tcpdoctor_bin "$ROOT")
 
 if ! command -v strace >/dev/null && [ "$(id -u)" = 0 ]; then
     apt-get install -y -q strace >/dev/null 2>&1 || true

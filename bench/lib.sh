@@ -94,3 +94,14 @@ stop_pinned_nginx() {
     if [ -n "$NGINX_PID" ]; then kill "$NGINX_PID" 2>/dev/null && wait "$NGINX_PID" 2>/dev/null; fi
     rm -rf "$PINNED_WORK"
 }
+
+# The tcpdoctor binary to measure: $TCPDOCTOR, else this tree's release build
+# (built now). Usage: TD=$(tcpdoctor_bin "$ROOT")
+tcpdoctor_bin() {
+    if [ -n "${TCPDOCTOR:-}" ]; then
+        echo "$TCPDOCTOR"
+    else
+        cargo build --release --quiet --manifest-path "$1/Cargo.toml" >&2
+        echo "$1/target/release/tcpdoctor"
+    fi
+}

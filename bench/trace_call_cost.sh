@@ -16,12 +16,9 @@ set -euo pipefail
 
 ROUNDS=${1:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-if [ -n "${TCPDOCTOR:-}" ]; then
-    TD=$TCPDOCTOR
-else
-    cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
-    TD="$ROOT/target/release/tcpdoctor"
-fi
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+TD=$(tcpdoctor_bin "$ROOT")
 WORK=$(mktemp -d)
 mkfifo "$WORK/cmd"
 PIDS=()
