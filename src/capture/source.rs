@@ -46,6 +46,9 @@ pub(crate) enum Fill {
 impl Stream {
     /// A stream read through a buffer of `size` bytes (at least 1).
     pub(crate) fn new(input: Input, size: usize) -> Stream {
+        if let Input::File(f) = &input {
+            widen_pipe(f, size);
+        }
         Stream { input, buf: vec![0; size.max(1)], start: 0, end: 0, base: 0, eof: false }
     }
 
@@ -183,6 +186,19 @@ impl Bytes for Slice<'_> {
         self.window_end += WINDOW;
         self.window();
         true
+    }
+}
+
+/// Asks for a pipe as large as the buffer: a 64 KiB pipe (the default) costs
+/// a read, a poll and a wake-up of the writer every 64 KiB. Any user may grow
+/// a pipe to `/proc/sys/fs/pipe-max-size` (1 MiB by default); when the kernel
+/// refuses, the pipe keeps its size.
+fn widen_pipe(f: &std::fs::File, size: usize) {
+    use std::os::unix::fs::FileTypeExt;
+    if f.metadata().is_ok_and(|m| m.file_type().is_fifo()) {
+        let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+        // SAFETY: fcntl on a descriptor we own; the call only resizes the pipe's buffer.
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETPIPE_SZ, size) };
     }
 }
 
