@@ -27,48 +27,77 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Packets between two looks at the stop flag (Ctrl-C) in a shard.
 const CHECK_EVERY: u64 = 1 << 16;
+/// Packets between two reports of a shard's progress to the role book (it
+/// publishes every 256 frames; a judging shard waits for the others' reports).
+const PASS_EVERY: u64 = 64;
 
-/// The shard (of `of`) that owns the connection between `a` and `b`: the same both ways.
-#[inline]
-fn owner(a: Endpoint, b: Endpoint, of: usize) -> usize {
-    #[inline]
-    fn mix(e: Endpoint) -> u64 {
-        let ip = match e.ip {
-            IpAddr::V4(v) => u64::from(u32::from(v)),
-            IpAddr::V6(v) => {
-                let x = u128::from(v);
-                (x as u64) ^ ((x >> 64) as u64)
-            }
-        };
-        (ip ^ u64::from(e.port) << 48).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-    }
-    // A sum: the same whichever end sent the frame.
-    let h = mix(a).wrapping_add(mix(b));
+/// A connection's end, hashed: the same for an address read as an `IpAddr`
+/// or straight from the frame's bytes.
+#[inline(always)]
+fn mix(ip: u64, port: u16) -> u64 {
+    (ip ^ u64::from(port) << 48).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// The shard (of `of`) that owns the connection whose ends hash to `a` and
+/// `b` ([`mix`]): a sum, so the same whichever end sent the frame.
+#[inline(always)]
+fn owner(a: u64, b: u64, of: usize) -> usize {
+    let h = a.wrapping_add(b);
     ((u128::from(h ^ (h >> 29)) * of as u128) >> 64) as usize
 }
 
-/// The shard that owns a frame: its connection's, or the first for a frame
-/// of no connection. IPv4 is read as far as the ports only; other frames are
-/// decoded. A frame that decodes to a segment always gets its connection's
-/// shard (the same endpoints are read either way).
 #[inline]
+fn mix_endpoint(e: Endpoint) -> u64 {
+    let ip = match e.ip {
+        IpAddr::V4(v) => u64::from(u32::from(v)),
+        IpAddr::V6(v) => {
+            let x = u128::from(v);
+            (x as u64) ^ ((x >> 64) as u64)
+        }
+    };
+    mix(ip, e.port)
+}
+
+/// The shard that owns a frame: its connection's, or the first for a frame
+/// of no connection (so the first owns every frame of a link type it cannot
+/// read, and counts them in the order met). IPv4 is read as far as the
+/// ports only; other frames are decoded. A frame that decodes to a segment
+/// always gets its connection's shard (the same endpoints are read either way).
+#[inline(always)]
 fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
-    if let Network::Ipv4(p) = network_layer(link, data)
-        && let Ok(ip) = Ipv4Header::parse(p)
+    // Most frames: untagged Ethernet with IPv4, read at fixed offsets (the
+    // other shards' frames cost only this).
+    if link == LinkType::ETHERNET
+        && let Some(h) = data.get(..34)
+        && h[12..14] == [8, 0]
     {
-        let hl = ip.header_len();
-        return match p.get(hl..hl + 4) {
-            Some(t) if ip.protocol() == 6 && !ip.is_fragment() => {
-                let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
-                let (src, dst) =
-                    (Endpoint { ip: ip.src().into(), port: port(0) }, Endpoint { ip: ip.dst().into(), port: port(2) });
-                owner(src, dst, of)
-            }
-            _ => 0,
-        };
+        return ipv4_owner(&data[14..], of);
+    }
+    slow_shard_of(link, data, of)
+}
+
+/// The owner of an IPv4 packet `p`, as [`slow_shard_of`] finds it.
+#[inline(always)]
+fn ipv4_owner(p: &[u8], of: usize) -> usize {
+    let Ok(ip) = Ipv4Header::parse(p) else { return 0 };
+    let hl = ip.header_len();
+    match p.get(hl..hl + 4) {
+        Some(t) if ip.protocol() == 6 && !ip.is_fragment() => {
+            let word = |i: usize| u64::from(u32::from_be_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]));
+            let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
+            owner(mix(word(12), port(0)), mix(word(16), port(2)), of)
+        }
+        _ => 0,
+    }
+}
+
+#[inline(never)]
+fn slow_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
+    if let Network::Ipv4(p) = network_layer(link, data) {
+        return ipv4_owner(p, of);
     }
     match wire::decode(0, 0, link, data, data.len() as u32) {
-        Ok(Some(seg)) => owner(seg.src, seg.dst, of),
+        Ok(Some(seg)) => owner(mix_endpoint(seg.src), mix_endpoint(seg.dst), of),
         _ => 0,
     }
 }
@@ -125,9 +154,10 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
     }
     let mut a = Analyser::new(tag, opts, Some(roles));
     let mut reading = Reading::default();
-    let (mut noticed, mut last, mut stopped_at) = (false, u64::MAX, None);
+    let (mut noticed, mut last, mut stopped_at, mut walked) = (false, u64::MAX, None, 0);
     loop {
-        let offset = packets.offset();
+        // Where a stop leaves the walk: asked only once a stop is agreed.
+        let offset = if last == u64::MAX { 0 } else { packets.offset() };
         let Some(p) = packets.next() else { break };
         if p.frame.is_multiple_of(CHECK_EVERY)
             && last == u64::MAX
@@ -139,14 +169,20 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
             stopped_at = Some(offset);
             break;
         }
-        a.passed(p.frame - 1, false);
-        let Some(ts) = reading.time(&p) else { continue };
-        if sweep_due(p.frame) {
+        walked = p.frame;
+        if p.frame.is_multiple_of(PASS_EVERY) {
+            a.passed(p.frame - 1, false);
+        }
+        if sweep_due(p.frame) && p.link.supported() {
+            let ts = reading.clamp(p.ts_ns);
             a.sweep(p.frame, ts);
         }
         if shard_of(p.link, p.data, of) != index {
+            // Every shard clamps to the file's first time, owned or not.
+            reading.first_ts.get_or_insert(p.ts_ns);
             continue;
         }
+        let Some(ts) = reading.count(&p) else { continue };
         match wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
             // Borrowed in place: moving the segment out copies it, and reading
             // its fields back from that copy stalls on every packet.
@@ -155,9 +191,10 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
             Err(e) => reading.not_segment(p.frame, Some(e)),
         }
     }
+    reading.n = walked;
     if stopped_at.is_none() {
         // At its end: the others walk to it too.
-        stop.check(&mut noticed, reading.n + 1, true);
+        stop.check(&mut noticed, walked + 1, true);
     }
     let mut end = Ending::of(&packets);
     if let Some(offset) = stopped_at {
@@ -203,7 +240,7 @@ pub(super) fn run(cap: &Capture, tag: Option<usize>, opts: &Options, of: usize) 
 fn same_walk(a: &Walked, b: &Walked) -> bool {
     let key = |w: &Walked| {
         let (r, e) = (&w.reading, &w.end);
-        (r.n, r.first_ts, r.last_ts, e.damage.clone(), e.stopped, e.offset, e.skipped)
+        (r.n, r.first_ts, e.damage.clone(), e.stopped, e.offset, e.skipped)
     };
     key(a) == key(b)
 }

@@ -245,7 +245,7 @@ impl<'a> Slice<'a> {
     /// page after it, so there the file's size is asked once instead. (A cut
     /// landing between this check and the decoding of this one record is not
     /// caught; it costs at most that record.)
-    #[inline]
+    #[inline(always)]
     fn check_mapped(&mut self, end: usize) -> Result<(), String> {
         let Some(m) = self.map else { return Ok(()) };
         let next_page = (end.saturating_sub(1) | 4095) + 1;
@@ -257,23 +257,41 @@ impl<'a> Slice<'a> {
             // SAFETY: in bounds of the mapping; a fault there is handled (sigbus.rs).
             unsafe { std::ptr::read_volatile(self.bytes.as_ptr().add(next_page)) };
         } else if !self.tail_checked {
-            self.tail_checked = true;
-            self.limit = self.limit.min(m.size() as usize);
+            self.check_tail(m);
         }
         let zeroed = m.guard.zeroed_from();
         if zeroed != self.seen {
-            self.seen = zeroed;
-            self.limit = self.limit.min(zeroed).min(m.size() as usize);
+            self.saw_fault(m, zeroed);
         }
         if end <= self.limit {
             return Ok(());
         }
+        Err(Self::cut(m, end, zeroed))
+    }
+
+    /// The last page of the mapping: its size is asked once.
+    #[cold]
+    fn check_tail(&mut self, m: &Mapped) {
+        self.tail_checked = true;
+        self.limit = self.limit.min(m.size() as usize);
+    }
+
+    /// A read faulted at `zeroed`: the bytes known to be the file's end there, or sooner.
+    #[cold]
+    fn saw_fault(&mut self, m: &Mapped, zeroed: usize) {
+        self.seen = zeroed;
+        self.limit = self.limit.min(zeroed).min(m.size() as usize);
+    }
+
+    /// What went wrong with a record ending at `end`, past what is known to be the file's.
+    #[cold]
+    fn cut(m: &Mapped, end: usize, zeroed: usize) -> String {
         let size = m.size();
-        Err(if size < end as u64 {
+        if size < end as u64 {
             format!("the file shrank to {size} bytes while being read (truncated at offset {size})")
         } else {
             format!("the file could not be read from offset {zeroed} (an I/O error while it was mapped)")
-        })
+        }
     }
 }
 

@@ -124,9 +124,33 @@ impl<'a> Packets<'a> {
     }
 
     /// The next packet, or `None` at the end, at damage, or once stopped.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::should_implement_trait)] // a lending iterator: the packet borrows the walk
     pub fn next(&mut self) -> Option<Packet<'_>> {
+        if let Source::Slice(s) = &mut self.src {
+            // Most records: a whole, sound pcap record in memory, read
+            // without the general walk (which reads the rest, and damage).
+            if let Parser::Pcap(pcap) = &self.walk.parser
+                && !self.walk.done
+                && let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
+                && s.check(range.end).is_ok()
+            {
+                let link = pcap.link();
+                s.pos = range.end;
+                if s.next_window() {
+                    self.walk.crossed_window();
+                }
+                self.walk.frame += 1;
+                let data = &s.bytes[range];
+                return Some(Packet { frame: self.walk.frame, ts_ns, link, data, orig_len });
+            }
+        }
+        self.next_general()
+    }
+
+    /// The next packet by the general walk: streams, pcapng, damage.
+    #[inline(never)]
+    fn next_general(&mut self) -> Option<Packet<'_>> {
         match &mut self.src {
             Source::Slice(s) => self.walk.next_in(s),
             Source::Stream(s) => self.walk.next_in(s),
