@@ -203,8 +203,8 @@ pub(crate) struct Slice<'a> {
     pub(crate) map: Option<&'a Mapped>,
     /// End of the window the reader is in.
     window_end: usize,
-    /// Bytes before this offset were handed back to the kernel by this reader.
-    released: std::cell::Cell<usize>,
+    /// This reader's slot among the mapping's readers.
+    slot: usize,
     /// Bytes known to be the file's: all of them until a read faulted.
     limit: usize,
     /// The fault offset `limit` was computed for.
@@ -219,7 +219,7 @@ impl<'a> Slice<'a> {
             pos: 0,
             map,
             window_end: WINDOW,
-            released: std::cell::Cell::new(0),
+            slot: map.map_or(0, |m| m.readers.join()),
             limit: usize::MAX,
             seen: usize::MAX,
             tail_checked: false,
@@ -229,7 +229,7 @@ impl<'a> Slice<'a> {
     /// Read-ahead and release around the reader (mapped files).
     pub(crate) fn window(&self) {
         if let Some(m) = self.map {
-            m.window(self.pos, &self.released);
+            m.window(self.slot, self.pos);
         }
     }
 
@@ -291,6 +291,14 @@ impl<'a> Slice<'a> {
             format!("the file shrank to {size} bytes while being read (truncated at offset {size})")
         } else {
             format!("the file could not be read from offset {zeroed} (an I/O error while it was mapped)")
+        }
+    }
+}
+
+impl Drop for Slice<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = self.map {
+            m.readers.leave(self.slot);
         }
     }
 }
