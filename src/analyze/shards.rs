@@ -274,3 +274,51 @@ fn number(r: &mut FileResult, tag: Option<usize>) {
         *id = label(at.1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::all_packets;
+
+    /// Every frame of every capture in tests/data, and each with bytes
+    /// changed where the owner is read: the fixed-offset owner is the
+    /// general one, and a frame that decodes gets its connection's shard.
+    #[test]
+    fn the_quick_owner_is_the_general_one() {
+        let mut files = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data"))];
+        let mut frames = 0;
+        while let Some(p) = files.pop() {
+            if p.is_dir() {
+                files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            if !p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
+                continue;
+            }
+            let bytes = std::fs::read(&p).unwrap();
+            let (packets, _) = all_packets(&bytes).unwrap();
+            for pk in packets {
+                let mut variants = vec![pk.data.to_vec()];
+                for (at, x) in [(12, 0x81), (14, 0x46), (14, 0x44), (14, 0x55), (20, 0x20), (23, 17)] {
+                    let mut d = pk.data.to_vec();
+                    if let Some(b) = d.get_mut(at) {
+                        *b = x;
+                        variants.push(d);
+                    }
+                }
+                variants.push(pk.data[..pk.data.len().min(37)].to_vec());
+                for d in &variants {
+                    for of in 2..5 {
+                        let quick = shard_of(pk.link, d, of);
+                        assert_eq!(quick, slow_shard_of(pk.link, d, of), "{}: frame {}", p.display(), pk.frame);
+                        if let Ok(Some(s)) = wire::decode(0, 0, pk.link, d, d.len() as u32) {
+                            assert_eq!(quick, owner(mix_endpoint(s.src), mix_endpoint(s.dst), of));
+                        }
+                    }
+                    frames += 1;
+                }
+            }
+        }
+        assert!(frames > 10_000, "{frames} frames");
+    }
+}
