@@ -76,14 +76,17 @@ fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
     slow_shard_of(link, data, of)
 }
 
-/// The owner of an IPv4 packet `p`, as [`slow_shard_of`] finds it.
+/// The owner of an IPv4 packet `p`: its connection's shard when its header
+/// is sound (as [`Ipv4Header::parse`] checks it) and it carries the ports of
+/// a TCP segment that is not a fragment, else the first.
 #[inline(always)]
 fn ipv4_owner(p: &[u8], of: usize) -> usize {
-    let Ok(ip) = Ipv4Header::parse(p) else { return 0 };
-    let hl = ip.header_len();
+    let Some(h) = p.get(..20) else { return 0 };
+    let hl = usize::from(h[0] & 0x0f) * 4;
+    let tcp = h[0] >> 4 == 4 && hl >= 20 && h[9] == 6 && u16::from_be_bytes([h[6], h[7]]) & 0x3fff == 0;
     match p.get(hl..hl + 4) {
-        Some(t) if ip.protocol() == 6 && !ip.is_fragment() => {
-            let word = |i: usize| u64::from(u32::from_be_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]));
+        Some(t) if tcp => {
+            let word = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
             let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
             owner(mix(word(12), port(0)), mix(word(16), port(2)), of)
         }
@@ -93,8 +96,18 @@ fn ipv4_owner(p: &[u8], of: usize) -> usize {
 
 #[inline(never)]
 fn slow_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
-    if let Network::Ipv4(p) = network_layer(link, data) {
-        return ipv4_owner(p, of);
+    if let Network::Ipv4(p) = network_layer(link, data)
+        && let Ok(ip) = Ipv4Header::parse(p)
+    {
+        let hl = ip.header_len();
+        return match p.get(hl..hl + 4) {
+            Some(t) if ip.protocol() == 6 && !ip.is_fragment() => {
+                let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
+                let end = |a: std::net::Ipv4Addr, port: u16| mix(u64::from(u32::from(a)), port);
+                owner(end(ip.src(), port(0)), end(ip.dst(), port(2)), of)
+            }
+            _ => 0,
+        };
     }
     match wire::decode(0, 0, link, data, data.len() as u32) {
         Ok(Some(seg)) => owner(mix_endpoint(seg.src), mix_endpoint(seg.dst), of),
@@ -158,7 +171,9 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
     loop {
         // Where a stop leaves the walk: asked only once a stop is agreed.
         let offset = if last == u64::MAX { 0 } else { packets.offset() };
-        let Some(p) = packets.next() else { break };
+        // Frames of other shards are passed over in the walk itself.
+        let skip = |link: LinkType, data: &[u8]| shard_of(link, data, of) != index;
+        let Some((p, mine)) = packets.next_unless(PASS_EVERY, skip) else { break };
         if p.frame.is_multiple_of(CHECK_EVERY)
             && last == u64::MAX
             && let Some(l) = stop.check(&mut noticed, p.frame, false)
@@ -177,7 +192,7 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
             let ts = reading.clamp(p.ts_ns);
             a.sweep(p.frame, ts);
         }
-        if shard_of(p.link, p.data, of) != index {
+        if !mine && shard_of(p.link, p.data, of) != index {
             // Every shard clamps to the file's first time, owned or not.
             reading.first_ts.get_or_insert(p.ts_ns);
             continue;

@@ -4,6 +4,7 @@ use super::{Head, LinkType, OpenError, Record, Step};
 use pcap_parser::pcap::parse_pcap_header;
 
 /// What the file header says about every record.
+#[derive(Clone, Copy)]
 pub(crate) struct Parser {
     link: LinkType,
     /// Multiplier from the fractional field to nanoseconds (1000 for µs files).

@@ -148,6 +148,41 @@ impl<'a> Packets<'a> {
         self.next_general()
     }
 
+    /// Like [`Packets::next`], but passes over the whole records of a pcap
+    /// file in memory whose frame `pass` says to (given its link type and
+    /// data), except every `every`-th frame (a power of two) and the first.
+    /// The flag says whether `pass` was asked about the packet (and said no).
+    #[inline(always)]
+    pub fn next_unless(
+        &mut self,
+        every: u64,
+        mut pass: impl FnMut(LinkType, &[u8]) -> bool,
+    ) -> Option<(Packet<'_>, bool)> {
+        if let Source::Slice(s) = &mut self.src
+            && let Parser::Pcap(pcap) = &self.walk.parser
+        {
+            let pcap = *pcap;
+            let link = pcap.link();
+            while !self.walk.done
+                && let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
+                && s.check(range.end).is_ok()
+            {
+                s.pos = range.end;
+                if s.next_window() {
+                    self.walk.crossed_window();
+                }
+                self.walk.frame += 1;
+                let frame = self.walk.frame;
+                let data = &s.bytes[range];
+                let asked = frame & (every - 1) != 0 && frame != 1;
+                if !asked || !pass(link, data) {
+                    return Some((Packet { frame, ts_ns, link, data, orig_len }, asked));
+                }
+            }
+        }
+        self.next().map(|p| (p, false))
+    }
+
     /// The next packet by the general walk: streams, pcapng, damage.
     #[inline(never)]
     fn next_general(&mut self) -> Option<Packet<'_>> {
