@@ -17,7 +17,7 @@
 use super::agg::{FileResult, MAX_ENDPOINTS};
 use super::walk::{Analyser, Ending, Reading, Walked, sweep_due};
 use super::{Options, conn_label};
-use crate::capture::{Capture, LinkType, Network, network_layer};
+use crate::capture::{Capture, LinkType, Network, Packets, network_layer};
 use crate::tcp::book::{Hub, Shared};
 use crate::tcp::roles::Ephemeral;
 use crate::wire::{self, Endpoint, Ipv4Header};
@@ -157,9 +157,9 @@ struct Part<'a> {
 }
 
 /// One shard's walk over the whole file, analysing its own connections.
-fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> Result<Walked, String> {
+fn shard(packets: Packets<'_>, tag: Option<usize>, opts: &Options, part: Part<'_>) -> Result<Walked, String> {
     let Part { index, of, roles, stop } = part;
-    let mut packets = cap.packets_until(None).map_err(|e| e.to_string())?;
+    let mut packets = packets;
     if index == 0
         && let Some(p) = &opts.progress
     {
@@ -228,10 +228,16 @@ pub(super) fn run(cap: &Capture, tag: Option<usize>, opts: &Options, of: usize) 
     let hub = Hub::new(of, Ephemeral::host());
     let stop = Agreement { flag: opts.stop, state: Mutex::new((0, 0)), of };
     let (hub, stop) = (&hub, &stop);
-    let walk = |index: usize| shard(cap, tag, opts, Part { index, of, roles: Shared::new(hub.clone(), index), stop });
+    let walk = |index: usize, packets| {
+        shard(packets, tag, opts, Part { index, of, roles: Shared::new(hub.clone(), index), stop })
+    };
+    // Every walk starts here, before any thread reads: the mapping then
+    // drops no page that a shard yet to start still has to read.
+    let mut walks =
+        (0..of).map(|_| cap.packets_until(None)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
     let parts: Vec<Result<Walked, String>> = std::thread::scope(|s| {
-        let others: Vec<_> = (1..of).map(|i| s.spawn(move || walk(i))).collect();
-        let first = walk(0);
+        let others: Vec<_> = walks.drain(1..).enumerate().map(|(i, p)| s.spawn(move || walk(i + 1, p))).collect();
+        let first = walk(0, walks.pop().expect("the first shard's walk"));
         std::iter::once(first).chain(others.into_iter().map(|h| h.join().expect("shard thread panicked"))).collect()
     });
     let mut parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter();

@@ -84,10 +84,14 @@ impl Readers {
             }
             s = self.moved.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
         }
-        let ahead = (offset + WINDOW).min(len);
-        let populate = s.populated.max(offset).min(ahead)..ahead;
-        s.populated = s.populated.max(ahead);
         let page = 4096;
+        let ahead = (offset + WINDOW).min(len);
+        // A reader behind the pages dropped (one that started late) maps its
+        // own window, and what it reads is dropped behind it in turn.
+        let from = if offset < s.released { offset } else { s.populated.max(offset) };
+        let populate = from.min(ahead)..ahead;
+        s.populated = s.populated.max(ahead);
+        s.released = s.released.min(offset / page * page);
         let upto = last(&s).saturating_sub(WINDOW) / page * page;
         let release = s.released..upto.max(s.released);
         s.released = release.end;
