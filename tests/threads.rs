@@ -269,3 +269,63 @@ fn filters_and_several_files_report_the_same_on_any_threads() {
         }
     }
 }
+
+/// A pcapng block of `kind` (little-endian), its body padded to 4 bytes.
+fn block(out: &mut Vec<u8>, kind: u32, body: &[u8]) {
+    let len = (body.len().next_multiple_of(4) + 12) as u32;
+    out.extend_from_slice(&kind.to_le_bytes());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(body);
+    out.resize(out.len() + body.len().next_multiple_of(4) - body.len(), 0);
+    out.extend_from_slice(&len.to_le_bytes());
+}
+
+/// Frames a shard does not own are neither timed nor counted by it: the
+/// counts that each frame's owner makes (timestamps clamped, frames of a
+/// link type that cannot be read, in the order met) add up to one thread's.
+/// A pcapng of a mixture on an Ethernet interface, every 50th frame also
+/// sent on an interface of an unsupported link type (and every 70th on a
+/// third one), and every 97th frame 20 days late.
+#[test]
+fn clamped_times_and_unreadable_link_types_count_the_same_on_one_two_and_three_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = [("midstream_port61000.pcap", 8, false, ALL), ("wwr_nagle.pcap", 20, false, ALL)];
+    let pcap = mixture(&parts, 3_000_000, 13);
+    let (packets, _) = all_packets(&pcap).unwrap();
+    let mut out = Vec::new();
+    let mut shb = 0x1a2b_3c4d_u32.to_le_bytes().to_vec();
+    shb.extend_from_slice(&[1, 0, 0, 0]);
+    shb.extend_from_slice(&(-1i64).to_le_bytes());
+    block(&mut out, 0x0a0d_0d0a, &shb);
+    for link in [1u16, 147, 148] {
+        let mut idb = link.to_le_bytes().to_vec();
+        idb.extend_from_slice(&[0, 0, 0, 0, 4, 0]);
+        block(&mut out, 1, &idb);
+    }
+    let epb = |out: &mut Vec<u8>, iface: u32, ts_ns: i64, data: &[u8], orig: u32| {
+        let us = (ts_ns / 1000) as u64;
+        let mut b = Vec::new();
+        for v in [iface, (us >> 32) as u32, us as u32, data.len() as u32, orig] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(data);
+        block(out, 6, &b);
+    };
+    const DAY_NS: i64 = 86_400_000_000_000;
+    for (i, p) in packets.iter().enumerate() {
+        let late = if i % 97 == 96 { 20 * DAY_NS } else { 0 };
+        epb(&mut out, 0, p.ts_ns + late, p.data, p.orig_len);
+        for (every, iface) in [(50, 1), (70, 2)] {
+            if i % every == every - 1 {
+                epb(&mut out, iface, p.ts_ns, p.data, p.orig_len);
+            }
+        }
+    }
+    let r = same_on_any_threads(&write(dir.path(), "links.pcapng", &out));
+    let warnings: Vec<&str> = r["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+    let says = |what: &str| warnings.iter().any(|w| w.contains(what));
+    let n = packets.len();
+    assert!(says(&format!("{} packets have timestamps more than 13 days", n / 97)), "{warnings:?}");
+    assert!(says(&format!("link type 147 is not supported; skipped {} packets", n / 50)), "{warnings:?}");
+    assert!(says(&format!("link type 148 is not supported; skipped {} packets", n / 70)), "{warnings:?}");
+}

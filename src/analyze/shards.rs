@@ -17,7 +17,7 @@
 use super::agg::{FileResult, MAX_ENDPOINTS};
 use super::walk::{Analyser, Ending, Reading, Walked, sweep_due};
 use super::{Options, conn_label};
-use crate::capture::{Capture, LinkType, Network, network_layer};
+use crate::capture::{Capture, LinkType, Network, Packets, network_layer};
 use crate::tcp::book::{Hub, Shared};
 use crate::tcp::roles::Ephemeral;
 use crate::wire::{self, Endpoint, Ipv4Header};
@@ -27,32 +27,75 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Packets between two looks at the stop flag (Ctrl-C) in a shard.
 const CHECK_EVERY: u64 = 1 << 16;
+/// Packets between two reports of a shard's progress to the role book (it
+/// publishes every 256 frames; a judging shard waits for the others' reports).
+const PASS_EVERY: u64 = 64;
 
-/// The shard (of `of`) that owns the connection between `a` and `b`: the same both ways.
-#[inline]
-fn owner(a: Endpoint, b: Endpoint, of: usize) -> usize {
-    #[inline]
-    fn mix(e: Endpoint) -> u64 {
-        let ip = match e.ip {
-            IpAddr::V4(v) => u64::from(u32::from(v)),
-            IpAddr::V6(v) => {
-                let x = u128::from(v);
-                (x as u64) ^ ((x >> 64) as u64)
-            }
-        };
-        (ip ^ u64::from(e.port) << 48).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-    }
-    // A sum: the same whichever end sent the frame.
-    let h = mix(a).wrapping_add(mix(b));
+/// A connection's end, hashed: the same for an address read as an `IpAddr`
+/// or straight from the frame's bytes.
+#[inline(always)]
+fn mix(ip: u64, port: u16) -> u64 {
+    (ip ^ u64::from(port) << 48).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// The shard (of `of`) that owns the connection whose ends hash to `a` and
+/// `b` ([`mix`]): a sum, so the same whichever end sent the frame.
+#[inline(always)]
+fn owner(a: u64, b: u64, of: usize) -> usize {
+    let h = a.wrapping_add(b);
     ((u128::from(h ^ (h >> 29)) * of as u128) >> 64) as usize
 }
 
-/// The shard that owns a frame: its connection's, or the first for a frame
-/// of no connection. IPv4 is read as far as the ports only; other frames are
-/// decoded. A frame that decodes to a segment always gets its connection's
-/// shard (the same endpoints are read either way).
 #[inline]
+fn mix_endpoint(e: Endpoint) -> u64 {
+    let ip = match e.ip {
+        IpAddr::V4(v) => u64::from(u32::from(v)),
+        IpAddr::V6(v) => {
+            let x = u128::from(v);
+            (x as u64) ^ ((x >> 64) as u64)
+        }
+    };
+    mix(ip, e.port)
+}
+
+/// The shard that owns a frame: its connection's, or the first for a frame
+/// of no connection (so the first owns every frame of a link type it cannot
+/// read, and counts them in the order met). IPv4 is read as far as the
+/// ports only; other frames are decoded. A frame that decodes to a segment
+/// always gets its connection's shard (the same endpoints are read either way).
+#[inline(always)]
 fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
+    // Most frames: untagged Ethernet with IPv4, read at fixed offsets (the
+    // other shards' frames cost only this).
+    if link == LinkType::ETHERNET
+        && let Some(h) = data.get(..34)
+        && h[12..14] == [8, 0]
+    {
+        return ipv4_owner(&data[14..], of);
+    }
+    slow_shard_of(link, data, of)
+}
+
+/// The owner of an IPv4 packet `p`: its connection's shard when its header
+/// is sound (as [`Ipv4Header::parse`] checks it) and it carries the ports of
+/// a TCP segment that is not a fragment, else the first.
+#[inline(always)]
+fn ipv4_owner(p: &[u8], of: usize) -> usize {
+    let Some(h) = p.get(..20) else { return 0 };
+    let hl = usize::from(h[0] & 0x0f) * 4;
+    let tcp = h[0] >> 4 == 4 && hl >= 20 && h[9] == 6 && u16::from_be_bytes([h[6], h[7]]) & 0x3fff == 0;
+    match p.get(hl..hl + 4) {
+        Some(t) if tcp => {
+            let word = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+            let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
+            owner(mix(word(12), port(0)), mix(word(16), port(2)), of)
+        }
+        _ => 0,
+    }
+}
+
+#[inline(never)]
+fn slow_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
     if let Network::Ipv4(p) = network_layer(link, data)
         && let Ok(ip) = Ipv4Header::parse(p)
     {
@@ -60,15 +103,14 @@ fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
         return match p.get(hl..hl + 4) {
             Some(t) if ip.protocol() == 6 && !ip.is_fragment() => {
                 let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
-                let (src, dst) =
-                    (Endpoint { ip: ip.src().into(), port: port(0) }, Endpoint { ip: ip.dst().into(), port: port(2) });
-                owner(src, dst, of)
+                let end = |a: std::net::Ipv4Addr, port: u16| mix(u64::from(u32::from(a)), port);
+                owner(end(ip.src(), port(0)), end(ip.dst(), port(2)), of)
             }
             _ => 0,
         };
     }
     match wire::decode(0, 0, link, data, data.len() as u32) {
-        Ok(Some(seg)) => owner(seg.src, seg.dst, of),
+        Ok(Some(seg)) => owner(mix_endpoint(seg.src), mix_endpoint(seg.dst), of),
         _ => 0,
     }
 }
@@ -115,9 +157,9 @@ struct Part<'a> {
 }
 
 /// One shard's walk over the whole file, analysing its own connections.
-fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> Result<Walked, String> {
+fn shard(packets: Packets<'_>, tag: Option<usize>, opts: &Options, part: Part<'_>) -> Result<Walked, String> {
     let Part { index, of, roles, stop } = part;
-    let mut packets = cap.packets_until(None).map_err(|e| e.to_string())?;
+    let mut packets = packets;
     if index == 0
         && let Some(p) = &opts.progress
     {
@@ -125,10 +167,13 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
     }
     let mut a = Analyser::new(tag, opts, Some(roles));
     let mut reading = Reading::default();
-    let (mut noticed, mut last, mut stopped_at) = (false, u64::MAX, None);
+    let (mut noticed, mut last, mut stopped_at, mut walked) = (false, u64::MAX, None, 0);
     loop {
-        let offset = packets.offset();
-        let Some(p) = packets.next() else { break };
+        // Where a stop leaves the walk: asked only once a stop is agreed.
+        let offset = if last == u64::MAX { 0 } else { packets.offset() };
+        // Frames of other shards are passed over in the walk itself.
+        let skip = |link: LinkType, data: &[u8]| shard_of(link, data, of) != index;
+        let Some((p, mine)) = packets.next_unless(PASS_EVERY, skip) else { break };
         if p.frame.is_multiple_of(CHECK_EVERY)
             && last == u64::MAX
             && let Some(l) = stop.check(&mut noticed, p.frame, false)
@@ -139,14 +184,20 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
             stopped_at = Some(offset);
             break;
         }
-        a.passed(p.frame - 1, false);
-        let Some(ts) = reading.time(&p) else { continue };
-        if sweep_due(p.frame) {
+        walked = p.frame;
+        if p.frame.is_multiple_of(PASS_EVERY) {
+            a.passed(p.frame - 1, false);
+        }
+        if sweep_due(p.frame) && p.link.supported() {
+            let ts = reading.clamp(p.ts_ns);
             a.sweep(p.frame, ts);
         }
-        if shard_of(p.link, p.data, of) != index {
+        if !mine && shard_of(p.link, p.data, of) != index {
+            // Every shard clamps to the file's first time, owned or not.
+            reading.first_ts.get_or_insert(p.ts_ns);
             continue;
         }
+        let Some(ts) = reading.count(&p) else { continue };
         match wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
             // Borrowed in place: moving the segment out copies it, and reading
             // its fields back from that copy stalls on every packet.
@@ -155,9 +206,10 @@ fn shard(cap: &Capture, tag: Option<usize>, opts: &Options, part: Part<'_>) -> R
             Err(e) => reading.not_segment(p.frame, Some(e)),
         }
     }
+    reading.n = walked;
     if stopped_at.is_none() {
         // At its end: the others walk to it too.
-        stop.check(&mut noticed, reading.n + 1, true);
+        stop.check(&mut noticed, walked + 1, true);
     }
     let mut end = Ending::of(&packets);
     if let Some(offset) = stopped_at {
@@ -176,10 +228,16 @@ pub(super) fn run(cap: &Capture, tag: Option<usize>, opts: &Options, of: usize) 
     let hub = Hub::new(of, Ephemeral::host());
     let stop = Agreement { flag: opts.stop, state: Mutex::new((0, 0)), of };
     let (hub, stop) = (&hub, &stop);
-    let walk = |index: usize| shard(cap, tag, opts, Part { index, of, roles: Shared::new(hub.clone(), index), stop });
+    let walk = |index: usize, packets| {
+        shard(packets, tag, opts, Part { index, of, roles: Shared::new(hub.clone(), index), stop })
+    };
+    // Every walk starts here, before any thread reads: the mapping then
+    // drops no page that a shard yet to start still has to read.
+    let mut walks =
+        (0..of).map(|_| cap.packets_until(None)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
     let parts: Vec<Result<Walked, String>> = std::thread::scope(|s| {
-        let others: Vec<_> = (1..of).map(|i| s.spawn(move || walk(i))).collect();
-        let first = walk(0);
+        let others: Vec<_> = walks.drain(1..).enumerate().map(|(i, p)| s.spawn(move || walk(i + 1, p))).collect();
+        let first = walk(0, walks.pop().expect("the first shard's walk"));
         std::iter::once(first).chain(others.into_iter().map(|h| h.join().expect("shard thread panicked"))).collect()
     });
     let mut parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter();
@@ -203,7 +261,7 @@ pub(super) fn run(cap: &Capture, tag: Option<usize>, opts: &Options, of: usize) 
 fn same_walk(a: &Walked, b: &Walked) -> bool {
     let key = |w: &Walked| {
         let (r, e) = (&w.reading, &w.end);
-        (r.n, r.first_ts, r.last_ts, e.damage.clone(), e.stopped, e.offset, e.skipped)
+        (r.n, r.first_ts, e.damage.clone(), e.stopped, e.offset, e.skipped)
     };
     key(a) == key(b)
 }
@@ -235,5 +293,53 @@ fn number(r: &mut FileResult, tag: Option<usize>) {
     }
     for (at, id, _) in [&mut r.roles_corrected.1, &mut r.roles_contradicted.1].into_iter().flatten() {
         *id = label(at.1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::all_packets;
+
+    /// Every frame of every capture in tests/data, and each with bytes
+    /// changed where the owner is read: the fixed-offset owner is the
+    /// general one, and a frame that decodes gets its connection's shard.
+    #[test]
+    fn the_quick_owner_is_the_general_one() {
+        let mut files = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data"))];
+        let mut frames = 0;
+        while let Some(p) = files.pop() {
+            if p.is_dir() {
+                files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            if !p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
+                continue;
+            }
+            let bytes = std::fs::read(&p).unwrap();
+            let (packets, _) = all_packets(&bytes).unwrap();
+            for pk in packets {
+                let mut variants = vec![pk.data.to_vec()];
+                for (at, x) in [(12, 0x81), (14, 0x46), (14, 0x44), (14, 0x55), (20, 0x20), (23, 17)] {
+                    let mut d = pk.data.to_vec();
+                    if let Some(b) = d.get_mut(at) {
+                        *b = x;
+                        variants.push(d);
+                    }
+                }
+                variants.push(pk.data[..pk.data.len().min(37)].to_vec());
+                for d in &variants {
+                    for of in 2..5 {
+                        let quick = shard_of(pk.link, d, of);
+                        assert_eq!(quick, slow_shard_of(pk.link, d, of), "{}: frame {}", p.display(), pk.frame);
+                        if let Ok(Some(s)) = wire::decode(0, 0, pk.link, d, d.len() as u32) {
+                            assert_eq!(quick, owner(mix_endpoint(s.src), mix_endpoint(s.dst), of));
+                        }
+                    }
+                    frames += 1;
+                }
+            }
+        }
+        assert!(frames > 10_000, "{frames} frames");
     }
 }

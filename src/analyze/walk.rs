@@ -47,8 +47,15 @@ impl Reading {
     #[inline(always)]
     pub(super) fn time(&mut self, p: &Packet<'_>) -> Option<i64> {
         self.n += 1;
-        let t0 = *self.first_ts.get_or_insert(p.ts_ns);
-        let ts = p.ts_ns.clamp(t0.saturating_sub(TS_SPAN_NS), t0.saturating_add(TS_SPAN_NS));
+        self.count(p)
+    }
+
+    /// [`Reading::time`] without the packet count: a shard times only the
+    /// frames it owns (each frame is counted once across the shards) and
+    /// takes the count from the walk.
+    #[inline(always)]
+    pub(super) fn count(&mut self, p: &Packet<'_>) -> Option<i64> {
+        let ts = self.clamp(p.ts_ns);
         self.clamped += u64::from(ts != p.ts_ns);
         self.last_ts = self.last_ts.max(ts);
         if p.link.supported() {
@@ -61,8 +68,24 @@ impl Reading {
         None
     }
 
-    /// Adds another shard's counts of the frames it owned (the rest each shard counts alike).
+    /// A packet's time clamped to the file's span (the first call sets the span).
+    #[inline(always)]
+    pub(super) fn clamp(&mut self, ts: i64) -> i64 {
+        let t0 = *self.first_ts.get_or_insert(ts);
+        ts.clamp(t0.saturating_sub(TS_SPAN_NS), t0.saturating_add(TS_SPAN_NS))
+    }
+
+    /// Adds another shard's counts of the frames it owned (the packet count
+    /// and the first time each shard takes alike from the walk).
     pub(super) fn add_owned(&mut self, o: &Reading) {
+        self.last_ts = self.last_ts.max(o.last_ts);
+        self.clamped += o.clamped;
+        for &(l, k) in &o.unsupported {
+            match self.unsupported.iter_mut().find(|(m, _)| *m == l) {
+                Some((_, n)) => *n += k,
+                None => self.unsupported.push((l, k)),
+            }
+        }
         self.other += o.other;
         self.bad += o.bad;
         if let Some(b) = &o.first_bad

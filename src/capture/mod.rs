@@ -9,6 +9,7 @@ mod link;
 pub mod live;
 mod pcap;
 mod pcapng;
+mod readers;
 mod sigbus;
 mod source;
 mod walk;
@@ -91,6 +92,7 @@ pub(crate) struct Mapped {
     map: memmap2::Mmap,
     /// Kept open to learn the file's size if it shrinks during the walk.
     file: std::fs::File,
+    readers: readers::Readers,
 }
 
 impl Mapped {
@@ -101,7 +103,7 @@ impl Mapped {
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| OpenError::io(format!("cannot map: {e}")))?;
         let _ = map.advise(memmap2::Advice::Sequential);
         let guard = sigbus::register(map.as_ptr(), map.len());
-        Ok(Mapped { guard, map, file })
+        Ok(Mapped { guard, map, file, readers: readers::Readers::default() })
     }
 
     /// The file's size now.
@@ -109,30 +111,27 @@ impl Mapped {
         self.file.metadata().map_or(0, |m| m.len())
     }
 
-    /// Tells the kernel the reader is at `offset`: map the next window now, and
-    /// drop the pages more than a window behind from this process (they stay in
-    /// the page cache). `released`: where this reader's earlier drops ended
-    /// (each reader of a file drops behind itself: pages another reader maps
-    /// again are dropped again by it).
-    fn window(&self, offset: usize, released: &std::cell::Cell<usize>) {
+    /// Tells the kernel the reader in `slot` is at `offset`: map the next
+    /// window now, and drop the pages more than a window behind the last
+    /// reader from this process (they stay in the page cache). May wait for
+    /// the last reader (readers.rs).
+    fn window(&self, slot: usize, offset: usize) {
         let m = &self.map;
-        let ahead = WINDOW.min(m.len().saturating_sub(offset));
-        if ahead > 0 {
+        let advice = self.readers.moved_to(slot, offset, m.len());
+        let ahead = advice.populate;
+        if !ahead.is_empty() {
             // Older kernels lack MADV_POPULATE_READ; WILLNEED still starts read-ahead.
-            if m.advise_range(memmap2::Advice::PopulateRead, offset, ahead).is_err() {
-                let _ = m.advise_range(memmap2::Advice::WillNeed, offset, ahead);
+            if m.advise_range(memmap2::Advice::PopulateRead, ahead.start, ahead.len()).is_err() {
+                let _ = m.advise_range(memmap2::Advice::WillNeed, ahead.start, ahead.len());
             }
         }
-        let page = 4096;
-        let upto = offset.saturating_sub(WINDOW) / page * page;
-        let from = released.get();
-        if upto > from {
-            // SAFETY: the walk is past these bytes and no slice into them is kept
-            // (packets are decoded and dropped in order). For a read-only private
-            // file mapping, DONTNEED only drops our page-table entries: a later
-            // access would read the same file bytes again.
-            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, upto - from) };
-            released.set(upto);
+        let behind = advice.release;
+        if !behind.is_empty() {
+            // SAFETY: every reader is past these bytes and no slice into them is
+            // kept (packets are decoded and dropped in order). For a read-only
+            // private file mapping, DONTNEED only drops our page-table entries:
+            // a later access would read the same file bytes again.
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, behind.start, behind.len()) };
         }
     }
 }

@@ -4,6 +4,7 @@ use super::{Head, LinkType, OpenError, Record, Step};
 use pcap_parser::pcap::parse_pcap_header;
 
 /// What the file header says about every record.
+#[derive(Clone, Copy)]
 pub(crate) struct Parser {
     link: LinkType,
     /// Multiplier from the fractional field to nanoseconds (1000 for µs files).
@@ -46,6 +47,34 @@ impl Parser {
             },
             FILE_HEADER,
         )
+    }
+
+    /// The record at `at` of a file in memory, when it is whole and sound:
+    /// (time, data range, packet length). `None` leaves it to [`Parser::record`],
+    /// which says what is wrong; the checks are the same.
+    #[inline(always)]
+    pub(crate) fn whole(&self, bytes: &[u8], at: usize) -> Option<(i64, std::ops::Range<usize>, u32)> {
+        let fields: &[u8; 16] = bytes.get(at..at + 16)?.try_into().ok()?;
+        let le = |i: usize| u32::from_le_bytes([fields[i], fields[i + 1], fields[i + 2], fields[i + 3]]);
+        // One branch on the byte order for all four fields.
+        let mut f = [le(0), le(4), le(8), le(12)];
+        if self.big_endian {
+            f = f.map(u32::swap_bytes);
+        }
+        let [secs, frac, caplen, orig_len] = f;
+        let from = at + self.record_header;
+        let end = from + caplen as usize;
+        if caplen > MAX_CAPLEN || end > bytes.len() || orig_len == 0 {
+            return None;
+        }
+        let ts_ns = i64::from(secs) * 1_000_000_000 + i64::from(frac) * self.frac_ns;
+        Some((ts_ns, from..end, orig_len))
+    }
+
+    /// The link type of every record.
+    #[inline(always)]
+    pub(crate) fn link(&self) -> LinkType {
+        self.link
     }
 
     /// The record at the start of `buf`.

@@ -219,8 +219,8 @@ pub(crate) struct Slice<'a> {
     pub(crate) map: Option<&'a Mapped>,
     /// End of the window the reader is in.
     window_end: usize,
-    /// Bytes before this offset were handed back to the kernel by this reader.
-    released: std::cell::Cell<usize>,
+    /// This reader's slot among the mapping's readers.
+    slot: usize,
     /// Bytes known to be the file's: all of them until a read faulted.
     limit: usize,
     /// The fault offset `limit` was computed for.
@@ -235,7 +235,7 @@ impl<'a> Slice<'a> {
             pos: 0,
             map,
             window_end: WINDOW,
-            released: std::cell::Cell::new(0),
+            slot: map.map_or(0, |m| m.readers.join()),
             limit: usize::MAX,
             seen: usize::MAX,
             tail_checked: false,
@@ -245,7 +245,7 @@ impl<'a> Slice<'a> {
     /// Read-ahead and release around the reader (mapped files).
     pub(crate) fn window(&self) {
         if let Some(m) = self.map {
-            m.window(self.pos, &self.released);
+            m.window(self.slot, self.pos);
         }
     }
 
@@ -261,7 +261,7 @@ impl<'a> Slice<'a> {
     /// page after it, so there the file's size is asked once instead. (A cut
     /// landing between this check and the decoding of this one record is not
     /// caught; it costs at most that record.)
-    #[inline]
+    #[inline(always)]
     fn check_mapped(&mut self, end: usize) -> Result<(), String> {
         let Some(m) = self.map else { return Ok(()) };
         let next_page = (end.saturating_sub(1) | 4095) + 1;
@@ -273,23 +273,49 @@ impl<'a> Slice<'a> {
             // SAFETY: in bounds of the mapping; a fault there is handled (sigbus.rs).
             unsafe { std::ptr::read_volatile(self.bytes.as_ptr().add(next_page)) };
         } else if !self.tail_checked {
-            self.tail_checked = true;
-            self.limit = self.limit.min(m.size() as usize);
+            self.check_tail(m);
         }
         let zeroed = m.guard.zeroed_from();
         if zeroed != self.seen {
-            self.seen = zeroed;
-            self.limit = self.limit.min(zeroed).min(m.size() as usize);
+            self.saw_fault(m, zeroed);
         }
         if end <= self.limit {
             return Ok(());
         }
+        Err(Self::cut(m, end, zeroed))
+    }
+
+    /// The last page of the mapping: its size is asked once.
+    #[cold]
+    fn check_tail(&mut self, m: &Mapped) {
+        self.tail_checked = true;
+        self.limit = self.limit.min(m.size() as usize);
+    }
+
+    /// A read faulted at `zeroed`: the bytes known to be the file's end there, or sooner.
+    #[cold]
+    fn saw_fault(&mut self, m: &Mapped, zeroed: usize) {
+        self.seen = zeroed;
+        self.limit = self.limit.min(zeroed).min(m.size() as usize);
+    }
+
+    /// What went wrong with a record ending at `end`, past what is known to be the file's.
+    #[cold]
+    fn cut(m: &Mapped, end: usize, zeroed: usize) -> String {
         let size = m.size();
-        Err(if size < end as u64 {
+        if size < end as u64 {
             format!("the file shrank to {size} bytes while being read (truncated at offset {size})")
         } else {
             format!("the file could not be read from offset {zeroed} (an I/O error while it was mapped)")
-        })
+        }
+    }
+}
+
+impl Drop for Slice<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = self.map {
+            m.readers.leave(self.slot);
+        }
     }
 }
 

@@ -124,9 +124,68 @@ impl<'a> Packets<'a> {
     }
 
     /// The next packet, or `None` at the end, at damage, or once stopped.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::should_implement_trait)] // a lending iterator: the packet borrows the walk
     pub fn next(&mut self) -> Option<Packet<'_>> {
+        if let Source::Slice(s) = &mut self.src {
+            // Most records: a whole, sound pcap record in memory, read
+            // without the general walk (which reads the rest, and damage).
+            if let Parser::Pcap(pcap) = &self.walk.parser
+                && !self.walk.done
+                && let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
+                && s.check(range.end).is_ok()
+            {
+                let link = pcap.link();
+                s.pos = range.end;
+                if s.next_window() {
+                    self.walk.crossed_window();
+                }
+                self.walk.frame += 1;
+                let data = &s.bytes[range];
+                return Some(Packet { frame: self.walk.frame, ts_ns, link, data, orig_len });
+            }
+        }
+        self.next_general()
+    }
+
+    /// Like [`Packets::next`], but passes over the whole records of a pcap
+    /// file in memory whose frame `pass` says to (given its link type and
+    /// data), except every `every`-th frame (a power of two) and the first.
+    /// The flag says whether `pass` was asked about the packet (and said no).
+    #[inline(always)]
+    pub fn next_unless(
+        &mut self,
+        every: u64,
+        mut pass: impl FnMut(LinkType, &[u8]) -> bool,
+    ) -> Option<(Packet<'_>, bool)> {
+        if let Source::Slice(s) = &mut self.src
+            && let Parser::Pcap(pcap) = &self.walk.parser
+        {
+            let pcap = *pcap;
+            let link = pcap.link();
+            while !self.walk.done
+                && let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
+                && s.check(range.end).is_ok()
+            {
+                s.pos = range.end;
+                if s.next_window() {
+                    self.walk.crossed_window();
+                }
+                self.walk.frame += 1;
+                let frame = self.walk.frame;
+                let data = &s.bytes[range];
+                let asked = frame & (every - 1) != 0 && frame != 1;
+                if !asked || !pass(link, data) {
+                    return Some((Packet { frame, ts_ns, link, data, orig_len }, asked));
+                }
+            }
+        }
+        self.next().map(|p| (p, false))
+    }
+
+    /// The next packet by the general walk: streams, pcapng, damage.
+    #[inline(never)]
+    fn next_general(&mut self) -> Option<Packet<'_>> {
         match &mut self.src {
             Source::Slice(s) => self.walk.next_in(s),
             Source::Stream(s) => self.walk.next_in(s),

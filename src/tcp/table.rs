@@ -66,11 +66,26 @@ struct Conn<T> {
 
 /// Both endpoints as integers (IPv4 mapped into IPv6), lower end first:
 /// cheap to hash and compare, unlike a pair of `IpAddr` enums.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Key {
     lo: u128,
     hi: u128,
     ports: u32,
+}
+
+impl std::hash::Hash for Key {
+    /// One well-mixed word for the hasher instead of five: the addresses
+    /// folded side by side (an IPv4 address lies wholly in the low half),
+    /// multiplied with the ports into 128 bits and folded back, so that every
+    /// input bit reaches the bits the table indexes by (the hasher alone only
+    /// carries bits upward).
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let fold = |x: u128| (x as u64) ^ (x >> 64) as u64;
+        let a = fold(self.lo) ^ fold(self.hi).rotate_left(32);
+        let m = u128::from(a ^ 0x243f_6a88_85a3_08d3) * u128::from(u64::from(self.ports) ^ 0x1319_8a2e_0370_7344);
+        h.write_u64((m as u64) ^ (m >> 64) as u64);
+    }
 }
 
 #[inline]

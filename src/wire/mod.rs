@@ -101,7 +101,12 @@ pub fn decode(
     data: &[u8],
     orig_len: u32,
 ) -> Result<Option<Segment<'_>>, WireError> {
-    let (src, dst, l4, l4_wire_len, ip_id) = match network_layer(link, data) {
+    // Most frames: untagged Ethernet with IPv4, found without the general link walk.
+    let network = match data.get(12..14) {
+        Some([8, 0]) if link == LinkType::ETHERNET => Network::Ipv4(&data[14..]),
+        _ => network_layer(link, data),
+    };
+    let (src, dst, l4, l4_wire_len, ip_id) = match network {
         Network::Ipv4(p) => {
             let ip = Ipv4Header::parse(p)?;
             if ip.protocol() != 6 || ip.is_fragment() {
