@@ -4,11 +4,14 @@
 use super::Options;
 use super::agg::{At, FileResult, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg, bounded_entry};
 use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
-use crate::record::{self, ExchangeTimes, Ladder, Mark, Row, RowKind};
+use crate::record::{self, ExchangeTimes, Ladder, Mark, Row};
 use crate::tcp::table::Totals;
-use crate::tcp::{ConnInfo, DataClass, Event, EventKind, RoleSource, RolesDoubt, Side, Sink};
+use crate::tcp::{ConnInfo, Event, RoleSource, RolesDoubt, Side, Sink};
 use crate::wire::{Endpoint, Segment};
+use rows::{Rows, row};
 use rustc_hash::FxHashMap;
+
+mod rows;
 
 /// Rows kept for an exchange's ladder.
 const EXCHANGE_ROWS: usize = 48;
@@ -16,18 +19,27 @@ const EXCHANGE_ROWS: usize = 48;
 const CONN_ROWS_MAX: usize = 4096;
 const CONN_ROWS_KEEP: usize = 1024;
 
-/// Per-connection state held while the connection is open.
+/// Per-connection state held while the connection is open. In C order (see [`Acc`]).
 #[derive(Default)]
+#[repr(C)]
 pub struct ConnState {
     det: Detectors,
     acc: Acc,
 }
 
-/// What the collector accumulates per connection.
+/// What the collector accumulates per connection. In C order: what every
+/// packet reads (the rows, the flow check) first, in one cache line.
 #[derive(Default)]
+#[repr(C)]
 struct Acc {
+    /// The current exchange's first rows, and its stall so far.
+    cur: Rows,
+    flow: Option<Vec<Row>>,
     /// The connection's first frame (its order among connections, whatever shard holds it).
     first_frame: u64,
+    cur_stall: i64,
+    flow_checked: bool,
+    flow_truncated: bool,
     /// Index of this connection's server in `Collector::slots` (looked up once).
     server_slot: Option<usize>,
     exchanges: u64,
@@ -37,18 +49,12 @@ struct Acc {
     expect_waits: u64,
     retrans: u64,
     lost_ns: i64,
-    /// The current exchange's first rows, and its stall so far.
-    cur: Vec<Row>,
-    cur_stall: i64,
     /// An exchange of this connection ended stalled.
     stalled_exchange: bool,
     /// This connection's worst stalled exchanges (stall ns, rows, times), worst first.
     stalled: Vec<(i64, Vec<Row>, Times)>,
     /// Its slowest exchange (rows, times), while it has not stalled.
     slowest: Option<(Vec<Row>, Times)>,
-    flow: Option<Vec<Row>>,
-    flow_truncated: bool,
-    flow_checked: bool,
     /// Its roles were swapped after something had been observed in the old ones.
     swapped_late: bool,
 }
@@ -168,13 +174,12 @@ impl<'o> Collector<'o> {
         }
         st.stalls[s.nagle.idx()] += 1;
         st.cur_stall = st.cur_stall.saturating_add(s.stall_ns);
-        for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
-            for r in rows.iter_mut() {
-                if r.frame == s.small_frame {
-                    r.mark = Some(Mark::SmallUnacked);
-                } else if r.frame == s.ack_frame {
-                    r.mark = Some(Mark::LateAck);
-                }
+        st.cur.mark_stall(s.small_frame, s.ack_frame);
+        for r in st.flow.iter_mut().flatten() {
+            if r.frame == s.small_frame {
+                r.mark = Some(Mark::SmallUnacked);
+            } else if r.frame == s.ack_frame {
+                r.mark = Some(Mark::LateAck);
             }
         }
     }
@@ -218,7 +223,8 @@ impl<'o> Collector<'o> {
             let at = st.stalled.partition_point(|w| w.0 >= st.cur_stall);
             if at < per_conn && self.r.stalled.worth((at, -st.cur_stall, st.first_frame)) {
                 let spare = if st.stalled.len() >= per_conn { st.stalled.pop() } else { None };
-                let rows = std::mem::replace(&mut st.cur, spare.map(|w| w.1).unwrap_or_default());
+                let mut rows = spare.map(|w| w.1).unwrap_or_default();
+                st.cur.write(&mut rows);
                 st.stalled.insert(at, (st.cur_stall, rows, times));
                 st.stalled.truncate(per_conn);
             }
@@ -226,8 +232,9 @@ impl<'o> Collector<'o> {
             && st.slowest.as_ref().is_none_or(|w| times.total > w.1.total)
             && self.r.slowest.worth((0, -times.total, st.first_frame))
         {
-            let spare = st.slowest.take().map(|w| w.0).unwrap_or_default();
-            st.slowest = Some((std::mem::replace(&mut st.cur, spare), times));
+            let mut rows = st.slowest.take().map(|w| w.0).unwrap_or_default();
+            st.cur.write(&mut rows);
+            st.slowest = Some((rows, times));
         }
         st.cur.clear();
         st.cur_stall = 0;
@@ -262,39 +269,6 @@ fn exchange_times(t: &Times) -> ExchangeTimes {
     }
 }
 
-fn row(ev: &Event, flags: u8) -> Row {
-    let (kind, seq, len) = match ev.kind {
-        EventKind::Syn { .. } => (RowKind::Syn, 0, 0),
-        EventKind::Data { seq, len, class } => (
-            match class {
-                DataClass::New => RowKind::Data,
-                DataClass::Retransmission { .. } => RowKind::Retransmission,
-                DataClass::OutOfOrder => RowKind::OutOfOrder,
-                DataClass::Probe => RowKind::Probe,
-            },
-            seq,
-            len,
-        ),
-        EventKind::Ack => (RowKind::Ack, 0, 0),
-        EventKind::Fin => (RowKind::Fin, 0, 0),
-        EventKind::Rst => (RowKind::Rst, 0, 0),
-    };
-    Row {
-        frame: ev.frame,
-        ts_ns: ev.ts_ns,
-        t_ms: 0.0,
-        from: ev.from,
-        kind,
-        flags,
-        seq,
-        len,
-        ack: ev.ack,
-        window: ev.window,
-        mark: None,
-        tls: None,
-    }
-}
-
 impl Sink<ConnState> for Collector<'_> {
     #[inline]
     fn event(&mut self, info: &ConnInfo, state: &mut ConnState, ev: &Event, seg: &Segment<'_>) {
@@ -319,25 +293,15 @@ impl Sink<ConnState> for Collector<'_> {
         if let Some(frames) = det.take_confirmed_tickets() {
             confirm_tickets(st, frames);
         }
-        if st.cur.len() < EXCHANGE_ROWS || st.flow.is_some() {
-            let mut r = row(ev, seg.flags.0);
-            // Copied only when set: `None` was written as its tag alone, and
-            // reading the whole option back right after stalls on every packet.
-            if det.tls_segment.is_some() {
-                r.tls = det.tls_segment;
-            }
-            if held {
-                r.mark = Some(Mark::Held);
-            }
-            if st.cur.len() < EXCHANGE_ROWS {
-                st.cur.push(r);
-            }
-            if let Some(rows) = &mut st.flow {
-                if rows.len() < self.opts.ladder_rows.max(1) {
-                    rows.push(r);
-                } else {
-                    st.flow_truncated = true;
-                }
+        let mark = held.then_some(Mark::Held);
+        if st.cur.len() < EXCHANGE_ROWS {
+            st.cur.push(ev, seg.flags.0, det.tls_segment.as_ref(), mark);
+        }
+        if let Some(rows) = &mut st.flow {
+            if rows.len() < self.opts.ladder_rows.max(1) {
+                rows.push(Row { mark, tls: det.tls_segment, ..row(ev, seg.flags.0) });
+            } else {
+                st.flow_truncated = true;
             }
         }
     }
@@ -350,8 +314,9 @@ impl Sink<ConnState> for Collector<'_> {
         st.swapped_late |= st.exchanges > 0 || st.stalls != [0, 0] || st.retrans > 0 || st.lost_ns > 0;
         st.stalls.swap(0, 1);
         st.server_slot = None;
+        st.cur.turn();
         let kept = st.stalled.iter_mut().map(|w| &mut w.1).chain(st.slowest.as_mut().map(|w| &mut w.0));
-        for rows in [&mut st.cur].into_iter().chain(st.flow.as_mut()).chain(kept) {
+        for rows in st.flow.as_mut().into_iter().chain(kept) {
             for r in rows.iter_mut() {
                 r.from = r.from.other();
             }
@@ -453,10 +418,9 @@ impl Sink<ConnState> for Collector<'_> {
 
 /// Rows of segments now known to carry session tickets say so.
 fn confirm_tickets(st: &mut Acc, [a, b]: [u64; 2]) {
-    for rows in [Some(&mut st.cur), st.flow.as_mut()].into_iter().flatten() {
-        for t in rows.iter_mut().filter(|r| (a..=b).contains(&r.frame)).filter_map(|r| r.tls.as_mut()) {
-            t.confirm_tickets();
-        }
+    st.cur.confirm_tickets(a, b);
+    for t in st.flow.iter_mut().flatten().filter(|r| (a..=b).contains(&r.frame)).filter_map(|r| r.tls.as_mut()) {
+        t.confirm_tickets();
     }
 }
 

@@ -32,10 +32,15 @@ enum Phase {
 /// Gaps shorter than this are scheduling noise, not pauses.
 pub const PAUSE_MIN_NS: i64 = 2_000_000;
 
-/// Per-connection exchange state.
+/// Per-connection exchange state. In C order: the exchanges first, the
+/// fields every data segment reads last, next to what follows in [`super::Detectors`].
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct Exchanges {
-    phase: Phase,
+    /// The exchange as it was before its response began, in case that
+    /// beginning turns out not to be response (TLS session tickets); kept
+    /// only once [`Exchanges::undoable`] was called.
+    before_response: Exchange,
     /// The exchange under way (request, or response) is `xs[cur]`, changed
     /// in place, as this runs on every data segment; the other slot holds the
     /// last one finished. A finished exchange is handed out from its own slot,
@@ -50,10 +55,7 @@ pub struct Exchanges {
     hi: [i64; 2],
     /// Last new request segment (a re-sent one may have been needless).
     req_new_last: i64,
-    /// The exchange as it was before its response began, in case that
-    /// beginning turns out not to be response (TLS session tickets); kept
-    /// only once [`Exchanges::undoable`] was called.
-    before_response: Exchange,
+    phase: Phase,
     undoable: bool,
 }
 

@@ -12,11 +12,13 @@ struct Tries {
     retries: u32,
 }
 
-/// Per-connection handshake state.
+/// Per-connection handshake state. In C order: `reported`, read by every
+/// packet, first, next to what precedes it in [`super::Detectors`].
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct Handshake {
-    syn: [Option<Tries>; 2],
     reported: [bool; 2],
+    syn: [Option<Tries>; 2],
 }
 
 impl Handshake {

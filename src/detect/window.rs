@@ -12,6 +12,7 @@ struct Closed {
 
 /// Per-connection zero-window state.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct ZeroWindow {
     closed: [Option<Closed>; 2],
     last: [(i64, u64); 2],

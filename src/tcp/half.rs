@@ -38,8 +38,9 @@ struct Hole {
     ts: i64,
 }
 
-/// Sequence state of one direction.
+/// Sequence state of one direction. In C order: what every packet reads first.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Half {
     /// Raw sequence number of relative 0 (`None` until the first segment).
     base: Option<u32>,
@@ -47,19 +48,19 @@ pub(crate) struct Half {
     pub(crate) hi: i64,
     /// Highest acknowledgement of these bytes seen from the peer.
     acked_to: i64,
-    /// ISN of this side's SYN, if seen.
-    pub(crate) isn: Option<u32>,
-    /// SYN options.
-    pub(crate) wscale: Option<u8>,
-    pub(crate) mss: Option<u16>,
-    /// Offered the timestamp option in its SYN.
-    pub(crate) timestamps: bool,
+    inflight: VecDeque<Sent>,
+    holes: Vec<Hole>,
     /// Largest payload seen in one segment: about the MSS the receiver
     /// measures (Linux's `rcv_mss`), when no SYN told it.
     pub(crate) max_len: u32,
+    /// SYN options.
+    pub(crate) wscale: Option<u8>,
     pub(crate) fin: bool,
-    inflight: VecDeque<Sent>,
-    holes: Vec<Hole>,
+    /// Offered the timestamp option in its SYN.
+    pub(crate) timestamps: bool,
+    pub(crate) mss: Option<u16>,
+    /// ISN of this side's SYN, if seen.
+    pub(crate) isn: Option<u32>,
 }
 
 impl Half {

@@ -91,15 +91,20 @@ pub enum RolesDoubt {
     Contradicted(u64),
 }
 
-/// What the tracker knows about a connection at the time of an event.
+/// What the tracker knows about a connection at the time of an event. In C
+/// order: what the detectors read on every packet (round trips, MSS) first.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct ConnInfo {
+    /// Shortest observed time from the capture point to each side and back
+    /// (e.g. SYN → SYN-ACK for the server), in ns, from ACKs that cannot
+    /// hold a delayed-ACK timer (see `table::prompt`). Tells where the
+    /// capture was taken: near a side, this is about zero.
+    pub rtt_to: [Option<i64>; 2],
+    /// Largest segment each side may send (the peer's MSS option), if seen.
+    pub mss: [Option<u32>; 2],
     /// Connection number.
     pub id: ConnId,
-    /// The client's address and port.
-    pub client: Endpoint,
-    /// The server's address and port.
-    pub server: Endpoint,
     /// How the roles were decided.
     pub roles: RoleSource,
     /// Later packets may still swap the roles: no handshake and no payload
@@ -108,13 +113,10 @@ pub struct ConnInfo {
     pub roles_open: bool,
     /// Later evidence that disagreed with the roles, if any.
     pub roles_doubt: Option<RolesDoubt>,
-    /// Largest segment each side may send (the peer's MSS option), if seen.
-    pub mss: [Option<u32>; 2],
-    /// Shortest observed time from the capture point to each side and back
-    /// (e.g. SYN → SYN-ACK for the server), in ns, from ACKs that cannot
-    /// hold a delayed-ACK timer (see `table::prompt`). Tells where the
-    /// capture was taken: near a side, this is about zero.
-    pub rtt_to: [Option<i64>; 2],
+    /// The client's address and port.
+    pub client: Endpoint,
+    /// The server's address and port.
+    pub server: Endpoint,
 }
 
 impl ConnInfo {

@@ -52,16 +52,19 @@ pub struct Totals {
     pub first_frame: u64,
 }
 
+/// In C order: the fields every packet touches first, in as few cache lines
+/// as they fit (aligned to one), the sink's state last.
+#[repr(C, align(64))]
 struct Conn<T> {
-    info: ConnInfo,
     half: [Half; 2],
-    state: T,
     totals: Totals,
-    closed: bool,
-    settle: Settle,
     /// The client is the key's lower end: a segment's side follows from its
     /// key's orientation, without comparing endpoints.
     client_lo: bool,
+    closed: bool,
+    settle: Settle,
+    info: ConnInfo,
+    state: T,
 }
 
 /// Both endpoints as integers (IPv4 mapped into IPv6), lower end first:
@@ -324,7 +327,24 @@ fn prompt(s: &Sample, seg: &Segment<'_>, max_len: u32) -> bool {
         || s.ns < crate::detect::nagle::LATE_NS
 }
 
+/// Asks the CPU for the first `bytes` of `x` at once. A packet touches most of
+/// its connection's first lines, and with many connections taking turns they
+/// are rarely in the L1 cache: reached one by one, each miss waits for the last.
+#[inline(always)]
+fn prefetch<X>(x: &X, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..bytes.min(size_of::<X>())).step_by(64) {
+        let p = (x as *const X).cast::<i8>().wrapping_add(off);
+        // SAFETY: a prefetch hint reads nothing and cannot fault.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (x, bytes);
+}
+
 fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool, sink: &mut S, roles: &mut Book) {
+    // The tracker's part and the first lines of the sink's (see `Conn`).
+    prefetch(c, std::mem::offset_of!(Conn<T>, state) + 128);
     if c.settle != Settle::Done && (seg.len > 0 || seg.flags.syn()) {
         settle(c, seg, sink, roles);
     }
