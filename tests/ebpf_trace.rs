@@ -635,3 +635,83 @@ fn a_bad_method_is_a_bad_command_line() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// A server's every socket call, counted by the server itself, and by the
+/// trace: the same. The server reads a request, answers in one write, then
+/// reads again and mostly finds nothing (EAGAIN). The programs keep every
+/// other call back and send it inside the CPU's next record (so the ring
+/// carries about half as many items as there are calls); what is still kept
+/// at the end is collected after the trace: no call may go missing (an
+/// EAGAIN read ends a response). The exchanges start on tcpdoctor's line
+/// saying the window has begun.
+#[test]
+fn every_call_of_a_server_is_traced_once_two_calls_to_a_ring_item() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    const SERVER: &str = r#"
+import select, socket
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+print("listening", l.getsockname()[1], flush=True)
+c, _ = l.accept(); c.setblocking(False)
+reads = empty = writes = 0
+again = False
+while True:
+    if not again:
+        select.select([c], [], [], 60)
+    try:
+        d = c.recv(4096)
+    except BlockingIOError:
+        reads += 1; empty += 1; again = False
+        continue
+    reads += 1
+    if d == b"bye\n":
+        break
+    c.send(b"pong\n"); writes += 1
+    again = True
+c.setblocking(True)
+c.sendall(b"%d %d %d\n" % (reads - 1, empty, writes))
+"#;
+    let mut c = Command::new("python3");
+    c.args(["-c", SERVER]);
+    let (_srv, line) = common::Proc::started(c);
+    let port: u16 = line.trim().strip_prefix("listening ").unwrap().parse().unwrap();
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    client.set_nodelay(true).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let dir = common::tmpdir("ebpf-every-call");
+    let mut t = Command::new(BIN);
+    t.args(["inspect", &format!(":{port}"), "--trace", "30s", "--method", "ebpf", "--json"]);
+    t.stdout(std::fs::File::create(dir.join("out.json")).unwrap());
+    let (tracer, said) = common::Proc::started_on(t, true);
+    assert!(said.starts_with("tcpdoctor: tracing pid ") && said.contains(" with eBPF for 30 s"), "{said}");
+    const EXCHANGES: u64 = 400;
+    let mut buf = [0u8; 64];
+    for _ in 0..EXCHANGES {
+        client.write_all(b"ping\n").unwrap();
+        let mut got = 0;
+        while got < 5 {
+            got += client.read(&mut buf[got..5]).unwrap();
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    // The server's last read (EAGAIN) is done well before the trace ends.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(tracer.interrupt(Duration::from_secs(20)).success());
+    client.write_all(b"bye\n").unwrap();
+    let mut counts = String::new();
+    client.read_to_string(&mut counts).unwrap();
+    let [reads, empty, writes]: [u64; 3] =
+        counts.split_whitespace().map(|x| x.parse().unwrap()).collect::<Vec<_>>().try_into().unwrap();
+    // Each read found a request or nothing; most answers were followed by nothing (the client pauses).
+    assert!(writes == EXCHANGES && reads == EXCHANGES + empty && empty >= EXCHANGES / 2, "{counts}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
+    let tr = &v["trace"];
+    assert_eq!(n(&tr["calls"]), reads + writes, "{tr:#}");
+    assert_eq!(n(&tr["responses"]), EXCHANGES, "{tr:#}");
+    // Two calls to an item (and the socket's addresses in one), but for a few kept back at the end.
+    let (records, calls) = (n(&tr["cost"]["records"]), reads + writes);
+    assert!(records >= calls / 2 && records <= calls / 2 + 4, "{records} records: {tr:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

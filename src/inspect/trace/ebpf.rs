@@ -14,7 +14,7 @@
 //! [`Sock`]: super::events::Sock
 
 use super::decode::{Decoder, Hold};
-use super::records::{self, Record};
+use super::records::{self, CallRec, Record};
 use super::{Recording, Request};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use std::collections::HashSet;
@@ -63,6 +63,25 @@ impl Hooks {
 /// Calls per calibration round (each makes a record: the ring holds them).
 const CAL_CALLS: u32 = 5_000;
 
+/// How often the ring is read; more often when a read found it filling
+/// (at ~160,000 records/s, 50 ms is ~0.5 MB of the 8 MiB ring).
+const DRAIN_EVERY: Duration = Duration::from_millis(50);
+const DRAIN_BUSY: Duration = Duration::from_millis(10);
+/// A drain that read this much makes the next come sooner (a quarter of the ring).
+const BUSY_BYTES: usize = 2 << 20;
+
+/// `struct held` in trace.bpf.c: a call record kept back on one CPU.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Held {
+    state: u64,
+    c: CallRec,
+}
+/// `H_FULL`: a record is kept.
+const H_FULL: u64 = 2;
+// SAFETY: plain integers, laid out as the program's struct.
+unsafe impl aya::Pod for Held {}
+
 /// What one call costs with the programs attached, measured before the trace.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Calibration {
@@ -97,7 +116,7 @@ pub(super) fn start() -> Result<Session, String> {
 }
 
 fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String> {
-    let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls))];
+    let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls)), ("coalesce", u8::from(hooks == Hooks::Sock))];
     let mut bpf = crate::ebpf::load(crate::ebpf::TRACE_OBJ, &consts, &hooks.programs())?;
     let take =
         |bpf: &mut aya::Ebpf, name: &str| bpf.take_map(name).ok_or_else(|| format!("the BPF object has no map {name}"));
@@ -113,10 +132,12 @@ fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String>
         traced: Array::try_from(take(&mut bpf, "traced")?).map_err(map_err)?,
         ring: RingBuf::try_from(take(&mut bpf, "events")?).map_err(map_err)?,
         counts: PerCpuArray::try_from(take(&mut bpf, "counts")?).map_err(map_err)?,
+        held: PerCpuArray::try_from(take(&mut bpf, "held_read")?).map_err(map_err)?,
         hooks,
         not_sock,
+        received: 0,
         _calls: calls,
-        _bpf: bpf,
+        bpf: Some(bpf),
     })
 }
 
@@ -126,10 +147,35 @@ pub(super) struct Session {
     traced: Array<MapData, u64>,
     ring: RingBuf<MapData>,
     counts: PerCpuArray<MapData, u64>,
+    held: PerCpuArray<MapData, Held>,
     hooks: Hooks,
     not_sock: Option<String>,
+    /// Ring items read.
+    received: u64,
     _calls: Array<MapData, u8>,
-    _bpf: aya::Ebpf,
+    /// The programs: None once detached (the maps above stay readable).
+    bpf: Option<aya::Ebpf>,
+}
+
+/// Ring items as read, each after a byte giving its length in 8-byte words:
+/// copied while the trace runs, parsed after it.
+#[derive(Default)]
+struct Raw {
+    bytes: Vec<u8>,
+    items: usize,
+}
+
+impl Raw {
+    fn records(&self) -> Vec<Record> {
+        let mut out = Vec::with_capacity(self.items + self.items / 2);
+        let mut b = &self.bytes[..];
+        while let Some((&words, rest)) = b.split_first() {
+            let n = (usize::from(words) * 8).min(rest.len());
+            Record::parse_into(&rest[..n], &mut out);
+            b = &rest[n..];
+        }
+        out
+    }
 }
 
 impl Session {
@@ -141,15 +187,50 @@ impl Session {
         self.traced.set(w, if on { word | bit } else { word & !bit }, 0).map_err(err)
     }
 
-    fn count(&self, i: u32) -> u64 {
-        self.counts.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0)
+    /// Records the ring had no room for.
+    fn lost(&self) -> u64 {
+        self.counts.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
 
-    /// Reads every waiting record.
-    fn drain(&mut self, into: &mut Vec<Record>) {
+    /// Reads every waiting item into `into` while it has room for `room`
+    /// items (the rest are counted in `overflow`); returns the bytes read.
+    fn drain(&mut self, into: &mut Raw, room: usize, overflow: &mut u64) -> usize {
+        let mut bytes = 0;
         while let Some(item) = self.ring.next() {
-            into.extend(Record::parse(&item));
+            self.received += 1;
+            bytes += item.len();
+            if into.items >= room {
+                *overflow += 1;
+                continue;
+            }
+            // Records are at most 112 bytes, multiples of 8.
+            let words = item.len().div_ceil(8).min(255);
+            into.bytes.push(words as u8);
+            into.bytes.extend_from_slice(&item[..(words * 8).min(item.len())]);
+            into.bytes.resize(into.bytes.len() + words * 8 - (words * 8).min(item.len()), 0);
+            into.items += 1;
         }
+        bytes
+    }
+
+    /// Detaches the programs; the maps stay readable.
+    fn detach(&mut self) {
+        self.bpf = None;
+    }
+
+    /// Empties every CPU's kept-back record (with no process traced: no program writes it meanwhile).
+    fn forget_kept_back(&mut self) {
+        let empty = Held { state: 0, c: CallRec::default() };
+        let n = self.held.get(&0, 0).map(|v| v.len()).unwrap_or(0);
+        if let Ok(v) = aya::maps::PerCpuValues::try_from(vec![empty; n]) {
+            let _ = self.held.set(0, v, 0);
+        }
+    }
+
+    /// The records still kept back on each CPU (after [`Session::detach`]).
+    fn kept_back(&self) -> Vec<Record> {
+        let Ok(per_cpu) = self.held.get(&0, 0) else { return Vec::new() };
+        per_cpu.iter().filter(|h| h.state == H_FULL).map(|h| Record::Call(h.c)).collect()
     }
 }
 
@@ -191,14 +272,16 @@ fn calibrate(s: &mut Session, base: Option<f64>) -> Option<Calibration> {
     let me = std::process::id();
     let other = median3(&mut || read_loop(CAL_CALLS))?;
     s.mark(me, true).ok()?;
-    let mut junk = Vec::new();
+    let mut junk = 0;
     let traced = median3(&mut || {
         let r = read_loop(CAL_CALLS);
-        s.drain(&mut junk);
+        s.drain(&mut Raw::default(), 0, &mut junk);
         r
     });
     let _ = s.mark(me, false);
-    s.drain(&mut junk);
+    s.drain(&mut Raw::default(), 0, &mut junk);
+    // A call of the loop kept back would ride in a traced process's record.
+    s.forget_kept_back();
     let base = base?;
     Some(Calibration { traced_ns: (traced? - base).max(0.0), other_ns: (other - base).max(0.0) })
 }
@@ -209,7 +292,7 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     let base = median3(&mut || read_loop(CAL_CALLS));
     let mut s = start()?;
     let calibration = calibrate(&mut s, base);
-    let (lost0, sent0) = (s.count(0), s.count(1));
+    let (lost0, received0) = (s.lost(), s.received);
     let mut initial: HashSet<u32> = HashSet::new();
     for &pid in &req.pids {
         s.mark(pid, true)?;
@@ -217,17 +300,17 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     }
     let t0 = crate::ebpf::monotonic_ns();
     let started = Instant::now();
+    super::announce(req, "eBPF");
     let main = req.pids.first().copied().unwrap_or(0);
-    let mut raw: Vec<Record> = Vec::new();
+    let mut raw = Raw::default();
     let mut exited = false;
     let mut overflow = 0u64;
+    let room = super::MAX_EVENTS * 2;
+    let mut every = DRAIN_EVERY;
     while started.elapsed() < req.duration && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(10).min(req.duration.saturating_sub(started.elapsed())));
-        s.drain(&mut raw);
-        if raw.len() > super::MAX_EVENTS * 2 {
-            overflow += (raw.len() - super::MAX_EVENTS * 2) as u64;
-            raw.truncate(super::MAX_EVENTS * 2);
-        }
+        std::thread::sleep(every.min(req.duration.saturating_sub(started.elapsed())));
+        let read = s.drain(&mut raw, room, &mut overflow);
+        every = if read >= BUSY_BYTES { DRAIN_BUSY } else { DRAIN_EVERY };
         if super::exiting(main) {
             exited = true;
             break;
@@ -235,13 +318,18 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     }
     let traced = started.elapsed();
     let t_end = crate::ebpf::monotonic_ns();
-    s.drain(&mut raw);
-    let (lost, sent) = (s.count(0) - lost0, s.count(1) - sent0);
-    let (hooks, not_sock) = (s.hooks, s.not_sock.take());
     // Detach now: the programs stop running before the records are analysed.
+    s.detach();
+    s.drain(&mut raw, room, &mut overflow);
+    let mut records = raw.records();
+    drop(raw);
+    let kept = s.kept_back();
+    let (lost, sent) = (s.lost() - lost0, s.received - received0);
+    records.extend(kept);
+    let (hooks, not_sock) = (s.hooks, s.not_sock.take());
     drop(s);
     let mut dec = Decoder::new(&req.known, &req.listen_ports, t0, hooks == Hooks::Sock);
-    dec.run(&mut raw, t_end);
+    dec.run(&mut records, t_end);
     dec.dropped += overflow;
     let holds = dec.holds();
     let tids = std::mem::take(&mut dec.tids);
