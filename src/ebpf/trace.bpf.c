@@ -554,6 +554,9 @@ static __always_inline struct sent *watched(struct sock *sk)
 		__u64 key = (__u64)sk;
 		return bpf_map_lookup_elem(&socks, &key);
 	}
+	/* A socket no program gave storage (most of the host's): no helper call. */
+	if (!sk->sk_bpf_storage)
+		return 0;
 	return bpf_sk_storage_get(&sk_sent, sk, 0, 0);
 }
 
