@@ -166,6 +166,16 @@ struct Raw {
 }
 
 impl Raw {
+    /// Appends one item (records are at most 112 bytes, multiples of 8).
+    fn push(&mut self, item: &[u8]) {
+        let words = item.len().div_ceil(8).min(255);
+        let n = (words * 8).min(item.len());
+        self.bytes.push(words as u8);
+        self.bytes.extend_from_slice(&item[..n]);
+        self.bytes.resize(self.bytes.len() + words * 8 - n, 0);
+        self.items += 1;
+    }
+
     fn records(&self) -> Vec<Record> {
         let mut out = Vec::with_capacity(self.items + self.items / 2);
         let mut b = &self.bytes[..];
@@ -203,12 +213,7 @@ impl Session {
                 *overflow += 1;
                 continue;
             }
-            // Records are at most 112 bytes, multiples of 8.
-            let words = item.len().div_ceil(8).min(255);
-            into.bytes.push(words as u8);
-            into.bytes.extend_from_slice(&item[..(words * 8).min(item.len())]);
-            into.bytes.resize(into.bytes.len() + words * 8 - (words * 8).min(item.len()), 0);
-            into.items += 1;
+            into.push(&item);
         }
         bytes
     }
@@ -375,4 +380,38 @@ tracepoints were not used ({})",
         notes,
     };
     Ok((rec, Extra { lost, sent, calibration, holds, hooks }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::records::{EV_CALL, EV_SOCK, EV_XMIT, SegRec, SockRec};
+    use super::*;
+
+    fn bytes<T: Copy>(v: &T) -> Vec<u8> {
+        // SAFETY: the record types are plain integers, read as bytes.
+        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+    }
+
+    #[test]
+    fn items_copied_while_tracing_are_the_records_after() {
+        let call = |t| CallRec { kind: EV_CALL, t, ino: 3, ..CallRec::default() };
+        let sock = SockRec { kind: EV_SOCK, ino: 3, lport: 80, ..SockRec::default() };
+        let seg = SegRec { kind: EV_XMIT, ino: 3, t: 5, seq: 1, end: 9, ..SegRec::default() };
+        let mut raw = Raw::default();
+        raw.push(&bytes(&sock));
+        raw.push(&[bytes(&call(1)), bytes(&call(2))].concat());
+        raw.push(&bytes(&seg));
+        raw.push(&bytes(&call(7)));
+        assert_eq!(raw.items, 4);
+        assert_eq!(
+            raw.records(),
+            [
+                Record::Sock(sock),
+                Record::Call(call(1)),
+                Record::Call(call(2)),
+                Record::Segment(seg),
+                Record::Call(call(7))
+            ]
+        );
+    }
 }
