@@ -163,46 +163,17 @@ struct {
 	__type(value, __u64);
 } counts SEC(".maps");
 
-static __always_inline void lost(__u64 n)
-{
-	__u32 i = 0;
-	__u64 *c = bpf_map_lookup_elem(&counts, &i);
-	if (c)
-		*c += n;
-}
-
 static __always_inline void *reserve(__u64 size)
 {
 	void *e = bpf_ringbuf_reserve(&events, size, 0);
-	if (!e)
-		lost(1);
+	if (!e) {
+		__u32 i = 0;
+		__u64 *n = bpf_map_lookup_elem(&counts, &i);
+		if (n)
+			*n += 1;
+	}
 	return e;
 }
-
-/* Set by userspace at load: 1 to send call records two to a ring item. */
-const volatile __u8 coalesce = 0;
-
-/* sock: a call record is kept back here when the CPU has none kept, and
- * rides in the CPU's next call record (an item twice the size): half the
- * ring reservations, e.g. a request's read and an empty (EAGAIN) read after
- * the response, or a response's two writes. Userspace reads what is left
- * here at the end. The record is the one that would have been sent, so the
- * decoder (which orders records by time) sees the same calls. Per CPU;
- * `state` claims it against a program of another task on the same CPU. */
-#define H_EMPTY 0
-#define H_BUSY 1
-#define H_FULL 2
-struct held {
-	__u64 state;
-	struct call c;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct held);
-} held_read SEC(".maps");
 
 /* Whether `a` comes at or after `b` in sequence space. */
 static __always_inline int after_eq(__u32 a, __u32 b)
@@ -259,41 +230,6 @@ static __always_inline __u32 arg_of(__u8 code, struct pt_regs *regs)
 	return 0;
 }
 
-/* Sends call `c`, with the call kept back on this CPU if there is one. */
-static __always_inline void send_call(struct call *c)
-{
-	__u32 zero = 0;
-	struct held *h = coalesce ? bpf_map_lookup_elem(&held_read, &zero) : 0;
-	if (h && h->state == H_FULL && __sync_val_compare_and_swap(&h->state, H_FULL, H_BUSY) == H_FULL) {
-		struct call *e = bpf_ringbuf_reserve(&events, 2 * sizeof(*e), 0);
-		if (e) {
-			e[0] = h->c;
-			e[1] = *c;
-			bpf_ringbuf_submit(e, RB_NO_WAKEUP);
-		} else
-			lost(2);
-		h->state = H_EMPTY;
-		return;
-	}
-	struct call *e = reserve(sizeof(*e));
-	if (!e)
-		return;
-	*e = *c;
-	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
-}
-
-/* Keeps back call `c` on this CPU; 0 when one is kept already. */
-static __always_inline int keep_back(struct call *c)
-{
-	__u32 zero = 0;
-	struct held *h = bpf_map_lookup_elem(&held_read, &zero);
-	if (!h || h->state != H_EMPTY || __sync_val_compare_and_swap(&h->state, H_EMPTY, H_BUSY) != H_EMPTY)
-		return 0;
-	h->c = *c;
-	h->state = H_FULL;
-	return 1;
-}
-
 /* sock: a read or write on a socket of a traced process, at its end.
  * tp_btf/sock_{send,recv}_length: (struct sock *sk, int ret, int flags). */
 static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
@@ -335,8 +271,11 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 		fd = dir == C_WRITE ? regs->dx : regs->di;
 	else if (what == dir)
 		fd = regs->di;
-	/* Every field set: the record goes out as built. */
-	struct call e = {
+	struct call *e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	/* Every field set at once (the rest zero): no separate memset. */
+	*e = (struct call){
 		.kind = EV_CALL,
 		.dir = dir,
 		.ino = v->ino,
@@ -349,17 +288,15 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 		.arg = fd >= 0 ? arg_of(code, regs) : 0,
 	};
 	if (tp) {
-		e.seq = tp->write_seq;
-		e.snd_nxt = tp->snd_nxt;
-		e.mss = tp->mss_cache;
+		e->seq = tp->write_seq;
+		e->snd_nxt = tp->snd_nxt;
+		e->mss = tp->mss_cache;
 		if (tp->packets_out)
-			e.bits |= B_IN_FLIGHT;
-		e.bits |= BPF_CORE_READ_BITFIELD(tp, nonagle) << B_NONAGLE_SHIFT;
-		follow(&e, v);
+			e->bits |= B_IN_FLIGHT;
+		e->bits |= BPF_CORE_READ_BITFIELD(tp, nonagle) << B_NONAGLE_SHIFT;
+		follow(e, v);
 	}
-	if (coalesce && keep_back(&e))
-		return 0;
-	send_call(&e);
+	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
 	return 0;
 }
 

@@ -14,7 +14,7 @@
 //! [`Sock`]: super::events::Sock
 
 use super::decode::{Decoder, Hold};
-use super::records::{self, CallRec, Record};
+use super::records::{self, Record};
 use super::{Recording, Request};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use std::collections::HashSet;
@@ -70,18 +70,6 @@ const DRAIN_BUSY: Duration = Duration::from_millis(10);
 /// A drain that read this much makes the next come sooner (a quarter of the ring).
 const BUSY_BYTES: usize = 2 << 20;
 
-/// `struct held` in trace.bpf.c: a call record kept back on one CPU.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Held {
-    state: u64,
-    c: CallRec,
-}
-/// `H_FULL`: a record is kept.
-const H_FULL: u64 = 2;
-// SAFETY: plain integers, laid out as the program's struct.
-unsafe impl aya::Pod for Held {}
-
 /// What one call costs with the programs attached, measured before the trace.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Calibration {
@@ -116,7 +104,7 @@ pub(super) fn start() -> Result<Session, String> {
 }
 
 fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String> {
-    let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls)), ("coalesce", u8::from(hooks == Hooks::Sock))];
+    let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls))];
     let mut bpf = crate::ebpf::load(crate::ebpf::TRACE_OBJ, &consts, &hooks.programs())?;
     let take =
         |bpf: &mut aya::Ebpf, name: &str| bpf.take_map(name).ok_or_else(|| format!("the BPF object has no map {name}"));
@@ -132,7 +120,6 @@ fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String>
         traced: Array::try_from(take(&mut bpf, "traced")?).map_err(map_err)?,
         ring: RingBuf::try_from(take(&mut bpf, "events")?).map_err(map_err)?,
         counts: PerCpuArray::try_from(take(&mut bpf, "counts")?).map_err(map_err)?,
-        held: PerCpuArray::try_from(take(&mut bpf, "held_read")?).map_err(map_err)?,
         hooks,
         not_sock,
         received: 0,
@@ -147,7 +134,6 @@ pub(super) struct Session {
     traced: Array<MapData, u64>,
     ring: RingBuf<MapData>,
     counts: PerCpuArray<MapData, u64>,
-    held: PerCpuArray<MapData, Held>,
     hooks: Hooks,
     not_sock: Option<String>,
     /// Ring items read.
@@ -166,7 +152,7 @@ struct Raw {
 }
 
 impl Raw {
-    /// Appends one item (records are at most 112 bytes, multiples of 8).
+    /// Appends one item (records are at most 56 bytes, multiples of 8).
     fn push(&mut self, item: &[u8]) {
         let words = item.len().div_ceil(8).min(255);
         let n = (words * 8).min(item.len());
@@ -177,11 +163,11 @@ impl Raw {
     }
 
     fn records(&self) -> Vec<Record> {
-        let mut out = Vec::with_capacity(self.items + self.items / 2);
+        let mut out = Vec::with_capacity(self.items);
         let mut b = &self.bytes[..];
         while let Some((&words, rest)) = b.split_first() {
             let n = (usize::from(words) * 8).min(rest.len());
-            Record::parse_into(&rest[..n], &mut out);
+            out.extend(Record::parse(&rest[..n]));
             b = &rest[n..];
         }
         out
@@ -221,21 +207,6 @@ impl Session {
     /// Detaches the programs; the maps stay readable.
     fn detach(&mut self) {
         self.bpf = None;
-    }
-
-    /// Empties every CPU's kept-back record (with no process traced: no program writes it meanwhile).
-    fn forget_kept_back(&mut self) {
-        let empty = Held { state: 0, c: CallRec::default() };
-        let n = self.held.get(&0, 0).map(|v| v.len()).unwrap_or(0);
-        if let Ok(v) = aya::maps::PerCpuValues::try_from(vec![empty; n]) {
-            let _ = self.held.set(0, v, 0);
-        }
-    }
-
-    /// The records still kept back on each CPU (after [`Session::detach`]).
-    fn kept_back(&self) -> Vec<Record> {
-        let Ok(per_cpu) = self.held.get(&0, 0) else { return Vec::new() };
-        per_cpu.iter().filter(|h| h.state == H_FULL).map(|h| Record::Call(h.c)).collect()
     }
 }
 
@@ -285,8 +256,6 @@ fn calibrate(s: &mut Session, base: Option<f64>) -> Option<Calibration> {
     });
     let _ = s.mark(me, false);
     s.drain(&mut Raw::default(), 0, &mut junk);
-    // A call of the loop kept back would ride in a traced process's record.
-    s.forget_kept_back();
     let base = base?;
     Some(Calibration { traced_ns: (traced? - base).max(0.0), other_ns: (other - base).max(0.0) })
 }
@@ -328,9 +297,7 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     s.drain(&mut raw, room, &mut overflow);
     let mut records = raw.records();
     drop(raw);
-    let kept = s.kept_back();
     let (lost, sent) = (s.lost() - lost0, s.received - received0);
-    records.extend(kept);
     let (hooks, not_sock) = (s.hooks, s.not_sock.take());
     drop(s);
     let mut dec = Decoder::new(&req.known, &req.listen_ports, t0, hooks == Hooks::Sock);
@@ -384,7 +351,7 @@ tracepoints were not used ({})",
 
 #[cfg(test)]
 mod tests {
-    use super::super::records::{EV_CALL, EV_SOCK, EV_XMIT, SegRec, SockRec};
+    use super::super::records::{CallRec, EV_CALL, EV_SOCK, EV_XMIT, SegRec, SockRec};
     use super::*;
 
     fn bytes<T: Copy>(v: &T) -> Vec<u8> {
@@ -399,19 +366,13 @@ mod tests {
         let seg = SegRec { kind: EV_XMIT, ino: 3, t: 5, seq: 1, end: 9, ..SegRec::default() };
         let mut raw = Raw::default();
         raw.push(&bytes(&sock));
-        raw.push(&[bytes(&call(1)), bytes(&call(2))].concat());
+        raw.push(&bytes(&call(1)));
         raw.push(&bytes(&seg));
         raw.push(&bytes(&call(7)));
         assert_eq!(raw.items, 4);
         assert_eq!(
             raw.records(),
-            [
-                Record::Sock(sock),
-                Record::Call(call(1)),
-                Record::Call(call(2)),
-                Record::Segment(seg),
-                Record::Call(call(7))
-            ]
+            [Record::Sock(sock), Record::Call(call(1)), Record::Segment(seg), Record::Call(call(7))]
         );
     }
 }

@@ -97,18 +97,6 @@ fn read<T: Plain>(b: &[u8]) -> Option<T> {
 }
 
 impl Record {
-    /// The records in one item of the ring: one, or two calls (`send_call`:
-    /// the one kept back on the CPU, then the next).
-    pub fn parse_into(b: &[u8], into: &mut Vec<Record>) {
-        const CALL: usize = size_of::<CallRec>();
-        if b.first() == Some(&EV_CALL) && b.len() >= 2 * CALL {
-            into.extend(read(b).map(Record::Call));
-            into.extend(read(&b[CALL..]).map(Record::Call));
-        } else {
-            into.extend(Record::parse(b));
-        }
-    }
-
     /// A record as the programs wrote it; None when too short or of no known kind.
     pub fn parse(b: &[u8]) -> Option<Record> {
         match *b.first()? {
@@ -184,24 +172,6 @@ mod tests {
         assert_eq!(Record::parse(&b[..55]), None);
         b[0] = 9;
         assert_eq!(Record::parse(&b), None);
-    }
-
-    #[test]
-    fn an_item_of_two_calls_is_both_in_order() {
-        let call = |ino: u32, t: u64| {
-            let mut b = [0u8; 56];
-            b[0] = EV_CALL;
-            b[4..8].copy_from_slice(&ino.to_ne_bytes());
-            b[8..16].copy_from_slice(&t.to_ne_bytes());
-            b
-        };
-        let pair = [call(5, 100), call(6, 200)].concat();
-        let mut got = Vec::new();
-        Record::parse_into(&pair, &mut got);
-        Record::parse_into(&call(7, 300), &mut got);
-        let seen: Vec<(u32, u64)> =
-            got.iter().map(|r| if let Record::Call(c) = r { (c.ino, c.t) } else { panic!() }).collect();
-        assert_eq!(seen, [(5, 100), (6, 200), (7, 300)]);
     }
 
     #[test]
