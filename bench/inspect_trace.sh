@@ -13,7 +13,11 @@
 # Prints each run, the medians, the ratios to (a), nginx's CPU time per
 # request (user + system, from /proc: steadier than requests/s when other work
 # shares the cores), each trace's own estimate of its cost and its finding
-# (from its JSON): eBPF's and ptrace's must match.
+# (from its JSON): eBPF's and ptrace's must match. wrk starts once the trace's
+# window has begun (the tracer's "tracing pid …" line on stderr), so its
+# measure is the trace's running cost; the start-up (loading, calibrating,
+# attaching) is reported beside it: wall time and the tracer's CPU, and the
+# tracer's CPU during wrk.
 #
 #   bench/inspect_trace.sh [RUNS] [SECONDS]     (default 3 runs of 5 s)
 #   TCPDOCTOR=/path/to/tcpdoctor bench/inspect_trace.sh …   (another build instead of this tree's)
@@ -93,6 +97,15 @@ print("%.0f %.2f %d %.2f" % (b["requests_per_s"], b["latency"]["p50"], sum(b["er
                              ticks * 1e4 / max(b["requests"], 1)))' "$(cpu_ticks "$PID")" "$c0"
     fi
 }
+started() { # PID ERRFILE: the tracer said its window began
+    for _ in $(seq 1000); do
+        grep -q '^tcpdoctor: tracing pid ' "$2" && return 0
+        kill -0 "$1" 2>/dev/null || { echo "tracer $1 ended before its window: $(cat "$2")" >&2; exit 1; }
+        sleep 0.01
+    done
+    echo "tracer $1: no 'tracing pid' line after 10 s" >&2
+    exit 1
+}
 bpf_attached() { # PID: its six programs are held (fdinfo prog_id)
     for _ in $(seq 500); do
         [ "$(grep -l '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | wc -l)" -ge 6 ] && return 0
@@ -133,6 +146,7 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
     echo "== $name: $URL (pid $PID)"
     printf '%-4s %-8s %10s %9s %7s %8s\n' run case req_per_s p50_ms errors cpu_us
     : >"$WORK/$name.rows"
+    : >"$WORK/$name.tracer"
     for r in $(seq "$RUNS"); do
         read -r rps p50 err cpu < <(bench "$URL")
         printf '%-4s %-8s %10s %9s %7s %8s\n' "$r" none "$rps" "$p50" "$err" "$cpu"
@@ -142,10 +156,22 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
         for method in ebpf ${BEFORE:+before} ptrace; do
             bin=$TD m=$method
             [ "$method" = before ] && bin=$BEFORE m=ebpf
-            "$bin" inspect ":$PORT" --trace "$((SECS + 10))s" --method "$m" --json >"$WORK/$method.json" &
+            : >"$WORK/$method.err"
+            t0=$(date +%s.%N)
+            "$bin" inspect ":$PORT" --trace "$((SECS + 10))s" --method "$m" --json >"$WORK/$method.json" 2>"$WORK/$method.err" &
             TRACER=$!
-            if [ "$m" = ebpf ]; then bpf_attached "$TRACER"; else wait_tracer "$PID" attached; fi
+            if [ "$method" = before ]; then
+                # A build from before the line: its programs attached, then 1 s for its calibration.
+                bpf_attached "$TRACER"
+                for _ in $(seq 100); do grep -q '^tcpdoctor: tracing pid ' "$WORK/$method.err" && break; sleep 0.01; done
+            else
+                started "$TRACER" "$WORK/$method.err"
+            fi
+            up=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+            c_up=$(cpu_ticks "$TRACER")
             read -r rps p50 err cpu < <(bench "$URL")
+            c_run=$(( $(cpu_ticks "$TRACER") - c_up ))
+            echo "$method start-up ${up}s, tracer CPU ${c_up}0 ms; during wrk ${c_run}0 ms" >>"$WORK/$name.tracer"
             kill -INT "$TRACER"
             wait "$TRACER"
             TRACER=""
@@ -181,5 +207,6 @@ for case, (rps, p50, err, cpu) in med.items():
     print(f"median {case:<7} {rps:>9.0f} req/s  p50 {p50:6.2f} ms  errors {err}  ratio to none {ratio:.2f}"
           f"  nginx CPU {cpu:.2f} us/request ({cpu / med['none'][3]:.2f}x)")
 PY
+    sed 's/^/tracer: /' "$WORK/$name.tracer"
     echo
 done

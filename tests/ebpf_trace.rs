@@ -635,3 +635,80 @@ fn a_bad_method_is_a_bad_command_line() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// The exchanges start on tcpdoctor's stderr line saying the window has
+/// begun, and then every socket call of the server is in the trace: its
+/// `calls` equal the server's own count of its reads and writes. The server
+/// reads a request, answers in one write, then reads again and mostly finds
+/// nothing (EAGAIN), which ends the response: every response is seen, the
+/// last one's too (its empty read is the trace's last record).
+#[test]
+fn from_the_tracing_line_on_every_call_of_a_server_is_traced_once() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    const SERVER: &str = r#"
+import select, socket
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+print("listening", l.getsockname()[1], flush=True)
+c, _ = l.accept(); c.setblocking(False)
+reads = empty = writes = 0
+again = False
+while True:
+    if not again:
+        select.select([c], [], [], 60)
+    try:
+        d = c.recv(4096)
+    except BlockingIOError:
+        reads += 1; empty += 1; again = False
+        continue
+    reads += 1
+    if d == b"bye\n":
+        break
+    c.send(b"pong\n"); writes += 1
+    again = True
+c.setblocking(True)
+c.sendall(b"%d %d %d\n" % (reads - 1, empty, writes))
+"#;
+    let mut c = Command::new("python3");
+    c.args(["-c", SERVER]);
+    let (_srv, line) = common::Proc::started(c);
+    let port: u16 = line.trim().strip_prefix("listening ").unwrap().parse().unwrap();
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    client.set_nodelay(true).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let dir = common::tmpdir("ebpf-every-call");
+    let mut t = Command::new(BIN);
+    t.args(["inspect", &format!(":{port}"), "--trace", "30s", "--method", "ebpf", "--json"]);
+    t.stdout(std::fs::File::create(dir.join("out.json")).unwrap());
+    let (tracer, said) = common::Proc::started_on(t, true);
+    assert!(said.starts_with("tcpdoctor: tracing pid ") && said.contains(" with eBPF for 30 s"), "{said}");
+    const EXCHANGES: u64 = 400;
+    let mut buf = [0u8; 64];
+    for _ in 0..EXCHANGES {
+        client.write_all(b"ping\n").unwrap();
+        let mut got = 0;
+        while got < 5 {
+            got += client.read(&mut buf[got..5]).unwrap();
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    // The server's last read (EAGAIN) is done well before the trace ends.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(tracer.interrupt(Duration::from_secs(20)).success());
+    client.write_all(b"bye\n").unwrap();
+    let mut counts = String::new();
+    client.read_to_string(&mut counts).unwrap();
+    let [reads, empty, writes]: [u64; 3] =
+        counts.split_whitespace().map(|x| x.parse().unwrap()).collect::<Vec<_>>().try_into().unwrap();
+    // Each read found a request or nothing; most answers were followed by nothing (the client pauses).
+    assert!(writes == EXCHANGES && reads == EXCHANGES + empty && empty >= EXCHANGES / 2, "{counts}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
+    let tr = &v["trace"];
+    assert_eq!(n(&tr["calls"]), reads + writes, "{tr:#}");
+    assert_eq!(n(&tr["responses"]), EXCHANGES, "{tr:#}");
+    // One record per call, and one with the socket's addresses.
+    assert_eq!(n(&tr["cost"]["records"]), reads + writes + 1, "{tr:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

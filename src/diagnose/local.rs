@@ -199,7 +199,14 @@ pub fn start_inspect(port: u16, trace_method: inspect::TraceMethod) -> Inspectin
                 // The write pattern too, traced for the inspection window (not
                 // our own process: the demo's lab servers run in it).
                 let trace = (pid != std::process::id()).then_some(TRACE);
-                let o = inspect::Options { window: TRACE, port: Some(port), trace, trace_optional: true, trace_method };
+                let o = inspect::Options {
+                    window: TRACE,
+                    port: Some(port),
+                    trace,
+                    trace_optional: true,
+                    trace_method,
+                    announce: false,
+                };
                 inspect::inspect(pid, &o).map(Some)
             }
         }

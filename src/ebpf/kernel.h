@@ -98,12 +98,14 @@ struct sock_common {
 };
 
 struct socket;
+struct bpf_local_storage;
 
 struct sock {
 	struct sock_common __sk_common;
 	__u16 sk_type;
 	__u16 sk_protocol;
 	struct socket *sk_socket;
+	struct bpf_local_storage *sk_bpf_storage;
 };
 
 struct socket {

@@ -155,25 +155,23 @@ struct {
 	__uint(max_entries, 8 << 20);
 } events SEC(".maps");
 
-/* [0] records lost (ring full), [1] records sent. */
+/* [0] records lost (ring full); userspace counts the ones it receives. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u64);
 } counts SEC(".maps");
 
-static __always_inline void count(__u32 i)
-{
-	__u64 *n = bpf_map_lookup_elem(&counts, &i);
-	if (n)
-		*n += 1;
-}
-
 static __always_inline void *reserve(__u64 size)
 {
 	void *e = bpf_ringbuf_reserve(&events, size, 0);
-	count(e ? 1 : 0);
+	if (!e) {
+		__u32 i = 0;
+		__u64 *n = bpf_map_lookup_elem(&counts, &i);
+		if (n)
+			*n += 1;
+	}
 	return e;
 }
 
@@ -241,9 +239,13 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 	if (!is_traced(tgid))
 		return 0;
 	struct sock *sk = (struct sock *)ctx[0];
-	/* TCP only (its sockets are all SOCK_STREAM). */
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-	if (!tp)
+	/* TCP only (its sockets are all SOCK_STREAM); a write needs the TCP fields. */
+	struct tcp_sock *tp = 0;
+	if (dir == C_WRITE) {
+		tp = bpf_skc_to_tcp_sock(sk);
+		if (!tp)
+			return 0;
+	} else if (sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
 		return 0;
 	struct sent *v = bpf_sk_storage_get(&sk_sent, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!v)
@@ -272,18 +274,20 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 	struct call *e = reserve(sizeof(*e));
 	if (!e)
 		return 0;
-	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = EV_CALL;
-	e->dir = dir;
-	e->ino = v->ino;
-	e->t = bpf_ktime_get_ns();
-	e->tid = id;
-	e->tgid = tgid;
-	e->ret = ctx[1];
-	e->fd = fd;
-	e->nr = nr;
-	e->arg = fd >= 0 ? arg_of(code, regs) : 0;
-	if (dir == C_WRITE) {
+	/* Every field set at once (the rest zero): no separate memset. */
+	*e = (struct call){
+		.kind = EV_CALL,
+		.dir = dir,
+		.ino = v->ino,
+		.t = bpf_ktime_get_ns(),
+		.tid = id,
+		.tgid = tgid,
+		.ret = ctx[1],
+		.fd = fd,
+		.nr = nr,
+		.arg = fd >= 0 ? arg_of(code, regs) : 0,
+	};
+	if (tp) {
 		e->seq = tp->write_seq;
 		e->snd_nxt = tp->snd_nxt;
 		e->mss = tp->mss_cache;
@@ -487,6 +491,9 @@ static __always_inline struct sent *watched(struct sock *sk)
 		__u64 key = (__u64)sk;
 		return bpf_map_lookup_elem(&socks, &key);
 	}
+	/* A socket no program gave storage (most of the host's): no helper call. */
+	if (!sk->sk_bpf_storage)
+		return 0;
 	return bpf_sk_storage_get(&sk_sent, sk, 0, 0);
 }
 

@@ -44,6 +44,9 @@ pub struct Options {
     pub trace_optional: bool,
     /// eBPF, ptrace, or eBPF when it loads (the default).
     pub trace_method: TraceMethod,
+    /// Say on stderr when the trace's window begins (the command line's
+    /// `inspect --trace`: a script can start its load then).
+    pub announce: bool,
 }
 
 impl Default for Options {
@@ -54,6 +57,7 @@ impl Default for Options {
             trace: None,
             trace_optional: false,
             trace_method: TraceMethod::Auto,
+            announce: false,
         }
     }
 }
@@ -397,6 +401,7 @@ fn trace_process(
         duration: d.min(MAX_TRACE),
         port: opts.port,
         method: opts.trace_method,
+        announce: opts.announce,
     };
     trace::run(req, crate::interrupt::flag()).map_err(|e| match e {
         trace::TraceError::Permission { pid } => InspectError::Permission {

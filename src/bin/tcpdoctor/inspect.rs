@@ -75,6 +75,7 @@ pub fn run(a: Args) -> ExitCode {
         trace: a.trace,
         trace_optional: false,
         trace_method: trace_method(a.method),
+        announce: true,
     };
     match inspect::inspect(pid, &o) {
         Ok(r) if a.json => {

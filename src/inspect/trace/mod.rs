@@ -95,6 +95,21 @@ pub(crate) struct Request {
     pub port: Option<u16>,
     /// eBPF, ptrace, or eBPF when it loads.
     pub method: Method,
+    /// Say on stderr when the window begins.
+    pub announce: bool,
+}
+
+/// One line on stderr when the window begins (after loading, calibrating
+/// and attaching): what is traced, how, for how long.
+fn announce(req: &Request, how: &str) {
+    if req.announce {
+        let pids: Vec<String> = req.pids.iter().map(u32::to_string).collect();
+        eprintln!(
+            "tcpdoctor: tracing pid {} with {how} for {} s (Ctrl-C ends it early)",
+            pids.join(","),
+            req.duration.as_secs_f64()
+        );
+    }
 }
 
 /// Why the trace could not start.
@@ -283,6 +298,7 @@ impl Tracer {
         self.start = Instant::now();
         self.shared.tid.store(ptrace::gettid(), Ordering::Relaxed);
         *self.shared.started.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.start);
+        announce(&self.req, "ptrace");
         self.trace();
         self.rec.traced = self.start.elapsed();
         self.detach();
