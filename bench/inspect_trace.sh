@@ -5,6 +5,9 @@
 # `tcpdoctor lab --nginx`: one process, sendfile on) with
 #   (a) nothing attached,
 #   (b) `tcpdoctor inspect :PORT --trace --method ebpf` for the whole run,
+#   (b') the same with TCPDOCTOR_TRACE_EMPTY=1 (case `empty`): the programs
+#       attached to the same hooks but returning at once, the floor of any
+#       trace at these hooks,
 #   (c) `tcpdoctor inspect :PORT --trace --method ptrace` for the whole run,
 #   (d) `strace -f -e trace=network,read,write -o /dev/null -p PID` attached
 #       (if strace is installed; as root the script installs it with apt-get),
@@ -153,12 +156,14 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
         echo "none $rps $p50 $err $cpu" >>"$WORK/$name.rows"
 
         # (b) and (c): inspect --trace for longer than the run; Ctrl-C (SIGINT) ends it after.
-        for method in ebpf ${BEFORE:+before} ptrace; do
-            bin=$TD m=$method
+        for method in ebpf empty ${BEFORE:+before} ptrace; do
+            bin=$TD m=$method empty=0
             [ "$method" = before ] && bin=$BEFORE m=ebpf
+            [ "$method" = empty ] && m=ebpf empty=1
             : >"$WORK/$method.err"
             t0=$(date +%s.%N)
-            "$bin" inspect ":$PORT" --trace "$((SECS + 10))s" --method "$m" --json >"$WORK/$method.json" 2>"$WORK/$method.err" &
+            TCPDOCTOR_TRACE_EMPTY=$empty "$bin" inspect ":$PORT" --trace "$((SECS + 10))s" --method "$m" --json \
+                >"$WORK/$method.json" 2>"$WORK/$method.err" &
             TRACER=$!
             if [ "$method" = before ]; then
                 # A build from before the line: its programs attached, then 1 s for its calibration.
@@ -173,10 +178,12 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
             c_run=$(( $(cpu_ticks "$TRACER") - c_up ))
             echo "$method start-up ${up}s, tracer CPU ${c_up}0 ms; during wrk ${c_run}0 ms" >>"$WORK/$name.tracer"
             kill -INT "$TRACER"
-            wait "$TRACER"
+            # The floor's trace saw nothing, which tcpdoctor reports as such (exit 5).
+            wait "$TRACER" || [ "$method" = empty ]
             TRACER=""
             wait_tracer "$PID" detached
-            printf '%-4s %-8s %10s %9s %7s %8s   %s\n' "$r" "$method" "$rps" "$p50" "$err" "$cpu" "$(said "$WORK/$method.json")"
+            what=$([ "$method" = empty ] && echo "the programs attached, empty (the floor)" || said "$WORK/$method.json")
+            printf '%-4s %-8s %10s %9s %7s %8s   %s\n' "$r" "$method" "$rps" "$p50" "$err" "$cpu" "$what"
             echo "$method $rps $p50 $err $cpu" >>"$WORK/$name.rows"
         done
 
@@ -197,7 +204,7 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 med = {}
-for case in ("none", "ebpf", "before", "ptrace", "strace"):
+for case in ("none", "ebpf", "empty", "before", "ptrace", "strace"):
     r = [x for x in rows if x[0] == case]
     if r:
         med[case] = (statistics.median(float(x[1]) for x in r), statistics.median(float(x[2]) for x in r),

@@ -34,6 +34,7 @@ pub mod lab;
 pub mod measure;
 pub mod nodelay;
 pub mod output;
+mod prefetch;
 pub mod record;
 pub mod report;
 pub mod tcp;

@@ -309,6 +309,29 @@ fn nginx_sendfile_of_a_large_file_is_one_call_as_ptrace_sees_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The benchmark's floor (`TCPDOCTOR_TRACE_EMPTY`): the same programs attached
+/// to the same hooks record nothing, and the trace says why it saw no call;
+/// the same server under the same load, traced normally, shows calls.
+#[test]
+fn the_empty_programs_of_the_benchmark_floor_record_nothing_and_say_so() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    let (_srv, port) = wwr_server("wwr", false, 40.0);
+    let b = Bench::start(port, 4.5);
+    let empty = trace_env(port, "ebpf", &[("TCPDOCTOR_TRACE_EMPTY", "1")]);
+    let full = trace(port, "ebpf");
+    assert_eq!(empty["calls"], 0, "{empty:#}");
+    assert_eq!(empty["cost"]["records"], 0, "{empty:#}");
+    assert_eq!(empty["found"], false, "{empty:#}");
+    let notes = empty["notes"].to_string();
+    assert!(notes.contains("TCPDOCTOR_TRACE_EMPTY is set: the programs were attached but recorded nothing"), "{notes}");
+    assert!(n(&full["calls"]) > 10, "{full:#}");
+    assert!(!full["notes"].to_string().contains("TCPDOCTOR_TRACE_EMPTY"), "{full:#}");
+    assert_eq!(errors(&b.finish()), 0);
+}
+
 /// Where the socket tracepoints do not load (forced here), the syscall ones
 /// are used: they also see the waits and how long each call took, and the
 /// finding and the kernel's hold are the same.

@@ -269,7 +269,7 @@ impl<'a> Slice<'a> {
             // The page after that one is asked for ahead (a hint, which cannot
             // fault): the touch below then finds it in cache instead of
             // waiting for memory once per page.
-            prefetch(self.bytes.as_ptr().wrapping_add(next_page + 4096));
+            crate::prefetch::line(self.bytes.as_ptr().wrapping_add(next_page + 4096));
             // SAFETY: in bounds of the mapping; a fault there is handled (sigbus.rs).
             unsafe { std::ptr::read_volatile(self.bytes.as_ptr().add(next_page)) };
         } else if !self.tail_checked {
@@ -317,16 +317,4 @@ impl Drop for Slice<'_> {
             m.readers.leave(self.slot);
         }
     }
-}
-
-/// Asks the CPU to bring the cache line at `p` in; never faults, whatever `p` is.
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch hint reads nothing and cannot fault, even past the mapping.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

@@ -327,24 +327,11 @@ fn prompt(s: &Sample, seg: &Segment<'_>, max_len: u32) -> bool {
         || s.ns < crate::detect::nagle::LATE_NS
 }
 
-/// Asks the CPU for the first `bytes` of `x` at once. A packet touches most of
-/// its connection's first lines, and with many connections taking turns they
-/// are rarely in the L1 cache: reached one by one, each miss waits for the last.
-#[inline(always)]
-fn prefetch<X>(x: &X, bytes: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for off in (0..bytes.min(size_of::<X>())).step_by(64) {
-        let p = (x as *const X).cast::<i8>().wrapping_add(off);
-        // SAFETY: a prefetch hint reads nothing and cannot fault.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (x, bytes);
-}
-
 fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool, sink: &mut S, roles: &mut Book) {
-    // The tracker's part and the first lines of the sink's (see `Conn`).
-    prefetch(c, std::mem::offset_of!(Conn<T>, state) + 128);
+    // The tracker's part and the first lines of the sink's (see `Conn`): a
+    // packet touches most of them, and with many connections taking turns
+    // they are rarely in the L1 cache; asked for at once, the misses overlap.
+    crate::prefetch::first(c, std::mem::offset_of!(Conn<T>, state) + 128);
     if c.settle != Settle::Done && (seg.len > 0 || seg.flags.syn()) {
         settle(c, seg, sink, roles);
     }

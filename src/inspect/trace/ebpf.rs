@@ -24,6 +24,13 @@ use std::time::{Duration, Instant};
 /// Set in the environment (to anything but empty or `0`), the syscall
 /// tracepoints are used even where the socket ones load: for tests of that fallback.
 pub(crate) const FORCE_SYSCALLS: &str = "TCPDOCTOR_TRACE_SYSCALLS";
+/// Set likewise, the programs are attached but return at once and record
+/// nothing: the floor of bench/inspect_trace.sh (what being attached costs).
+pub(crate) const EMPTY: &str = "TCPDOCTOR_TRACE_EMPTY";
+
+fn env_set(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0")
+}
 
 /// Where the programs see the calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +101,7 @@ pub(crate) struct Extra {
 /// Loads and attaches the programs, on the socket tracepoints where they
 /// load; Err says why eBPF cannot be used at all.
 pub(super) fn start() -> Result<Session, String> {
-    if std::env::var_os(FORCE_SYSCALLS).is_some_and(|v| !v.is_empty() && v != "0") {
+    if env_set(FORCE_SYSCALLS) {
         return start_with(Hooks::Syscalls, Some(format!("{FORCE_SYSCALLS} is set")));
     }
     match start_with(Hooks::Sock, None) {
@@ -104,7 +111,7 @@ pub(super) fn start() -> Result<Session, String> {
 }
 
 fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String> {
-    let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls))];
+    let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls)), ("empty", u8::from(env_set(EMPTY)))];
     let mut bpf = crate::ebpf::load(crate::ebpf::TRACE_OBJ, &consts, &hooks.programs())?;
     let take =
         |bpf: &mut aya::Ebpf, name: &str| bpf.take_map(name).ok_or_else(|| format!("the BPF object has no map {name}"));
@@ -315,6 +322,9 @@ tracepoints were not used ({})",
             why.as_deref().unwrap_or("unknown")
         ),
     }];
+    if env_set(EMPTY) {
+        notes.push(format!("{EMPTY} is set: the programs were attached but recorded nothing (a benchmark's floor)"));
+    }
     if lost > 0 {
         notes.push(format!(
             "{lost} records did not fit in the 8 MiB ring buffer and were lost: counts are lower bounds"
