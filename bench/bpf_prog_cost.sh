@@ -21,19 +21,18 @@ TD=$(tcpdoctor_bin "$ROOT")
 for t in wrk bpftool; do command -v "$t" >/dev/null || { echo "bpf_prog_cost.sh: needs $t" >&2; exit 1; }; done
 
 WORK=$(mktemp -d)
-"$TD" lab --nginx --json -d "$((SECS + 60))s" >"$WORK/lab.json" &
-LAB=$!
+LAB=""
 TRACER=""
 cleanup() {
     echo 0 >/proc/sys/kernel/bpf_stats_enabled
     [ -n "$TRACER" ] && kill "$TRACER" 2>/dev/null || true
-    kill "$LAB" 2>/dev/null || true
+    [ -n "$LAB" ] && kill "$LAB" 2>/dev/null || true
     wait 2>/dev/null || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do grep -q '^]' "$WORK/lab.json" && break; sleep 0.1; done
-URL=$(python3 -c 'import json,sys; print([s["url"] for s in json.load(open(sys.argv[1])) if s["name"] == "nginx-nodelay-on"][0])' "$WORK/lab.json")
+start_lab "$TD" "$WORK" "$((SECS + 60))"
+URL=$(lab_server "$WORK" nginx-nodelay-on url)
 PORT=${URL##*:}
 PORT=${PORT%/}
 

@@ -43,21 +43,17 @@ fi
 HAVE_STRACE=$(command -v strace >/dev/null && echo 1 || echo 0)
 
 WORK=$(mktemp -d)
-"$TD" lab --nginx --json -d 1800s >"$WORK/lab.json" &
-LAB=$!
+LAB=""
 TRACER=""
 cleanup() {
     [ -n "$TRACER" ] && kill "$TRACER" 2>/dev/null || true
-    kill "$LAB" 2>/dev/null || true
+    [ -n "$LAB" ] && kill "$LAB" 2>/dev/null || true
     wait 2>/dev/null || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do grep -q '^]' "$WORK/lab.json" && break; sleep 0.1; done
-server() { # NAME FIELD
-    python3 -c 'import json,sys; print([s[sys.argv[3]] for s in json.load(open(sys.argv[1])) if s["name"] == sys.argv[2]][0])' \
-        "$WORK/lab.json" "$1" "$2"
-}
+start_lab "$TD" "$WORK" 1800
+server() { lab_server "$WORK" "$1" "$2"; } # NAME FIELD
 
 tracer_pid() { awk '/^TracerPid:/ {print $2}' "/proc/$1/status"; }
 wait_tracer() { # PID WANT(attached|detached)

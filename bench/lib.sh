@@ -105,3 +105,17 @@ tcpdoctor_bin() {
         echo "$1/target/release/tcpdoctor"
     fi
 }
+
+# start_lab TD WORK SECONDS: runs `TD lab --nginx --json` for SECONDS in the
+# background (its PID in LAB) and returns once WORK/lab.json lists its servers.
+start_lab() {
+    "$1" lab --nginx --json -d "${3}s" >"$2/lab.json" &
+    LAB=$!
+    for _ in $(seq 100); do grep -q '^]' "$2/lab.json" && break; sleep 0.1; done
+}
+
+# lab_server WORK NAME FIELD: a field (url, pid…) of the lab server NAME.
+lab_server() {
+    python3 -c 'import json,sys; print([s[sys.argv[3]] for s in json.load(open(sys.argv[1])) if s["name"] == sys.argv[2]][0])' \
+        "$1/lab.json" "$2" "$3"
+}
