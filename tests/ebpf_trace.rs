@@ -51,6 +51,11 @@ fn trace_env(port: u16, method: &str, env: &[(&str, &str)]) -> Value {
     t
 }
 
+/// The trace's note that contains `has`.
+fn note<'a>(t: &'a Value, has: &str) -> Option<&'a str> {
+    t["notes"].as_array()?.iter().filter_map(Value::as_str).find(|n| n.contains(has))
+}
+
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -178,6 +183,37 @@ fn python_server_with_tcp_nodelay_both_methods_agree_and_nothing_is_held() {
     assert_eq!(e["found"], false, "{e:#}");
     agree(&e, &p, false);
     nothing_held(&e);
+    // Every write left during its call on loopback: the transmit program had
+    // nothing to follow and was detached after its first 0.2 s.
+    let off = note(&e, "was detached for").unwrap_or_else(|| panic!("no note on the transmit program: {e:#}"));
+    assert!(off.contains("it had nothing to follow"), "{off}");
+    assert_eq!(errors(&b.finish()), 0);
+}
+
+/// The transmit program comes back for the first held write: a Nagle server
+/// idle while the trace starts (so the program is detached) then loaded
+/// still has its holds followed, not left unseen.
+#[test]
+fn the_transmit_program_is_attached_again_for_the_first_held_write() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    let (_srv, port) = wwr_server("wwr", false, 40.0);
+    let mut c = Command::new(BIN);
+    c.args(["inspect", &format!(":{port}"), "--trace", "3s", "--method", "ebpf", "--json"]);
+    let tracer = std::thread::spawn(move || run_bounded(c, Duration::from_secs(40)).0);
+    std::thread::sleep(Duration::from_millis(1200));
+    let b = Bench::start(port, 1.5);
+    let (code, v, err) = parse(tracer.join().unwrap());
+    assert_eq!(code, 0, "{err}");
+    let t = &v["trace"];
+    let h = &t["kernel_hold"];
+    assert!(n(&h["nagle"]) >= 10, "{h:#}");
+    assert!(n(&h["unseen"]) * 10 <= n(&h["nagle"]), "{h:#}");
+    assert!((f(&h["nagle_median_ms"]) - 40.0).abs() < 10.0, "{h:#}");
+    let off = note(t, "was detached for");
+    assert!(off.is_some_and(|n| n.contains("until a write was held") || n.contains("nothing to follow")), "{t:#}");
     assert_eq!(errors(&b.finish()), 0);
 }
 
@@ -423,6 +459,34 @@ fn without_cap_bpf_the_trace_falls_back_to_ptrace_and_says_why() {
 /// In a namespace of the test's own, netfilter drops every 7th data segment
 /// the Python server (TCP_NODELAY) sends; the kernel saw the drops, so those
 /// writes count as lost and re-sent, never as held.
+/// The lab's Python server (write-write-read, TCP_NODELAY, `args` added) on
+/// 127.0.0.1:18080 in namespace `ns`, a keep-alive load of `conns`
+/// connections, and a 2 s eBPF trace of it: the trace's JSON, the server and
+/// the load (still running).
+fn traced_in(ns: &str, args: &[&str], conns: &str) -> (Value, common::Proc, Bench) {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "python3"]).arg(common::traced::lab_script("wwr_server.py"));
+    c.args(["--port", "18080", "--mode", "wwr", "--nodelay", "--max-seconds", "40"]).args(args);
+    let (srv, line) = common::Proc::started(c);
+    assert!(line.starts_with("listening"), "{line}");
+    let load = Command::new("ip")
+        .args(["netns", "exec", ns, BIN, "bench", "-c", conns, "-t", "1", "--timeout", "3s", "--json", "-d", "6s"])
+        .arg("http://127.0.0.1:18080/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = Bench(Some(load));
+    std::thread::sleep(Duration::from_millis(400));
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, BIN, "inspect", ":18080", "--trace", "2s", "--method", "ebpf", "--json"]);
+    let (code, v, err) = parse(run_bounded(c, Duration::from_secs(40)).0);
+    assert_eq!(code, 0, "{err}");
+    let t = v["trace"].clone();
+    assert_eq!(t["method"], "ebpf", "{t:#}");
+    (t, srv, b)
+}
+
 #[test]
 fn bytes_dropped_before_the_wire_are_lost_not_held() {
     if !common::require_root() || !common::require("python3") || !common::require("nft") {
@@ -435,31 +499,38 @@ fn bytes_dropped_before_the_wire_are_lost_not_held() {
     nft(&["add", "table", "inet", "tcpd"]);
     nft(&["add", "chain", "inet", "tcpd", "out", "{ type filter hook output priority 0 ; }"]);
     nft(&["add", "rule", "inet", "tcpd", "out", "tcp sport 18080 ip length > 100 numgen inc mod 7 == 0 drop"]);
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns0, "python3"]).arg(common::traced::lab_script("wwr_server.py"));
-    c.args(["--port", "18080", "--mode", "wwr", "--nodelay", "--max-seconds", "40"]);
-    let (_srv, line) = common::Proc::started(c);
-    assert!(line.starts_with("listening"), "{line}");
-    let load = Command::new("ip")
-        .args(["netns", "exec", ns0, BIN, "bench", "-c", "4", "-t", "1", "--timeout", "2s", "--json", "-d", "6s"])
-        .arg("http://127.0.0.1:18080/")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let b = Bench(Some(load));
-    std::thread::sleep(Duration::from_millis(400));
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns0, BIN, "inspect", ":18080", "--trace", "2s", "--method", "ebpf", "--json"]);
-    let (code, v, err) = parse(run_bounded(c, Duration::from_secs(40)).0);
-    assert_eq!(code, 0, "{err}");
-    let t = &v["trace"];
+    let (t, _srv, b) = traced_in(ns0, &[], "4");
     let h = &t["kernel_hold"];
-    assert_eq!(t["method"], "ebpf", "{t:#}");
     assert!(n(&h["resent"]) >= 20, "{h:#}");
     assert_eq!(n(&h["nagle"]), 0, "{h:#}");
     assert!(n(&h["held_other"]) * 10 <= n(&h["resent"]), "{h:#}");
     assert!(h["text"].as_str().unwrap().contains("were lost before they left the host (dropped below TCP)"), "{h:#}");
+    assert_eq!(errors(&b.finish()), 0);
+}
+
+/// On a route with a qdisc the programs follow every packet of a written
+/// socket (a write TCP sent may still wait for the device); on loopback's
+/// noqueue they read only held writes' packets. A token bucket on the
+/// namespace's loopback makes responses wait below TCP: those writes are
+/// queued, not held, and none is called a Nagle hold.
+#[test]
+fn writes_waiting_in_a_qdisc_are_queued_not_held() {
+    if !common::require_root() || !common::require("python3") || !common::require("tc") {
+        return;
+    }
+    let _g = serial();
+    let ns = common::Namespaces::new(&["queue"]);
+    let ns0 = ns.get(0);
+    common::sh(&[
+        "ip", "netns", "exec", ns0, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "4mbit", "burst", "4000",
+        "latency", "400ms",
+    ]);
+    let (t, _srv, b) = traced_in(ns0, &["--body-size", "3000"], "8");
+    let h = &t["kernel_hold"];
+    assert!(n(&h["queued"]) >= 20, "{h:#}");
+    assert_eq!(n(&h["nagle"]), 0, "{h:#}");
+    assert!(n(&h["unseen"]) * 10 <= n(&h["writes"]), "{h:#}");
+    assert!(h["text"].as_str().unwrap().contains("waited below TCP (a device queue)"), "{h:#}");
     assert_eq!(errors(&b.finish()), 0);
 }
 

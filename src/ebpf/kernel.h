@@ -100,12 +100,31 @@ struct sock_common {
 struct socket;
 struct bpf_local_storage;
 
+/* A route's device and its first transmit queue's qdisc: whether packets
+ * can wait below TCP (`enqueue` is NULL for noqueue). */
+struct Qdisc {
+	void *enqueue;
+};
+
+struct netdev_queue {
+	struct Qdisc *qdisc;
+};
+
+struct net_device {
+	struct netdev_queue *_tx;
+};
+
+struct dst_entry {
+	struct net_device *dev;
+};
+
 struct sock {
 	struct sock_common __sk_common;
 	__u16 sk_type;
 	__u16 sk_protocol;
 	struct socket *sk_socket;
 	struct bpf_local_storage *sk_bpf_storage;
+	struct dst_entry *sk_dst_cache;
 };
 
 struct socket {

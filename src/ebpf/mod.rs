@@ -22,6 +22,17 @@ pub(crate) static OWNERS_OBJ: &[u8] = aya::include_bytes_aligned!("owners.bpf.o"
 /// Loads `obj` with its `(name, value)` constants set and attaches each
 /// `(program, raw tracepoint)`; the error is why eBPF cannot be used here, in words.
 pub(crate) fn load(obj: &[u8], consts: &[(&str, u8)], attach: &[(&str, &str)]) -> Result<Ebpf, String> {
+    load_with(obj, consts, attach, &[])
+}
+
+/// [`load`], and also loads (verifies) the BTF tracepoint programs `later`
+/// without attaching them: the caller attaches and detaches them.
+pub(crate) fn load_with(
+    obj: &[u8],
+    consts: &[(&str, u8)],
+    attach: &[(&str, &str)],
+    later: &[(&str, &str)],
+) -> Result<Ebpf, String> {
     if !cfg!(target_arch = "x86_64") {
         return Err("the eBPF programs are built for x86_64 only".into());
     }
@@ -40,12 +51,13 @@ pub(crate) fn load(obj: &[u8], consts: &[(&str, u8)], attach: &[(&str, &str)]) -
     }
     let mut bpf = loader.load(obj).map_err(|e| why("loading the BPF object", &error_chain(&e)))?;
     let mut btf = None;
-    for &(prog, tp) in attach {
+    let all = attach.iter().map(|p| (p, true)).chain(later.iter().map(|p| (p, false)));
+    for (&(prog, tp), now) in all {
         let loading = |e: &dyn std::error::Error| why(&format!("loading {prog}"), &error_chain(e));
         let attaching =
             |e: &dyn std::error::Error| why(&format!("attaching {prog} to the {tp} tracepoint"), &error_chain(e));
         match bpf.program_mut(prog) {
-            Some(Program::RawTracePoint(p)) => {
+            Some(Program::RawTracePoint(p)) if now => {
                 p.load().map_err(|e| loading(&e))?;
                 p.attach(tp).map_err(|e| attaching(&e))?;
             }
@@ -55,7 +67,12 @@ pub(crate) fn load(obj: &[u8], consts: &[(&str, u8)], attach: &[(&str, &str)]) -
                     btf = Some(Btf::from_sys_fs().map_err(|e| why("reading the kernel's BTF", &error_chain(&e)))?);
                 }
                 p.load(tp, btf.as_ref().expect("read above")).map_err(|e| loading(&e))?;
-                p.attach().map_err(|e| attaching(&e))?;
+                if now {
+                    p.attach().map_err(|e| attaching(&e))?;
+                }
+            }
+            Some(Program::RawTracePoint(_)) => {
+                return Err(format!("the BPF object's program {prog} is a raw tracepoint: attached at load only"));
             }
             Some(_) => return Err(format!("the BPF object's program {prog} is not a tracepoint program")),
             None => return Err(format!("the BPF object has no program {prog}")),

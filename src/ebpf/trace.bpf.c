@@ -125,14 +125,22 @@ struct {
 
 /* A socket a traced process read or wrote: its inode, the end of the bytes a
  * device sent, and the end of written bytes not yet seen leaving. Only these
- * sockets' packets are looked at. */
+ * sockets' packets are looked at.
+ *
+ * `track`: the socket's route may queue packets below TCP (a qdisc), so a
+ * write that TCP sent during the call may still be waiting for the device:
+ * every packet's end is followed (`last_end`) to tell. On a route without a
+ * queue (loopback, veth: noqueue) TCP hands each packet to the device before
+ * the call returns, so a write whose bytes TCP sent (snd_nxt reached
+ * write_seq) left during it, and only writes TCP held need their packets read. */
 struct sent {
 	__u32 ino;
 	__u32 last_end;
 	__u32 pending_end;
 	__u8 seen; /* last_end is set */
 	__u8 pending;
-	__u16 pad;
+	__u8 track;
+	__u8 pad;
 };
 
 /* sock: kept in the socket itself, freed with it (no lookup by hash, no
@@ -166,15 +174,81 @@ struct {
 	__type(value, __u64);
 } counts SEC(".maps");
 
+/* Records are staged per CPU and sent to the ring a stage at a time: one
+ * ring write (a lock, and stalls on the ring's cold cache lines) per ~70
+ * records instead of per record. A program that finds its CPU's stage busy
+ * (it interrupted, or preempted, another that was filling it) writes its
+ * record to the ring directly. So records reach userspace out of order
+ * across CPUs (it sorts them by time), and what is left in the stages is
+ * read from the map after the programs are detached. */
+#define STAGE_BYTES 4096
+#define MAX_RECORD 56
+struct stage {
+	__u32 off;  /* bytes used */
+	__u32 n;    /* records in it */
+	__u32 busy;
+	__u32 pad;
+	__u8 buf[STAGE_BYTES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stage);
+} stages SEC(".maps");
+
+static __always_inline void count_lost(__u64 n)
+{
+	__u32 i = 0;
+	__u64 *c = bpf_map_lookup_elem(&counts, &i);
+	if (c)
+		*c += n;
+}
+
+#define barrier() asm volatile("" ::: "memory")
+/* Rare branches: laid out after the common path, which then spans fewer
+ * instruction cache lines in the programs every traced call runs. */
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* Sends record `rec` of `size` bytes (a constant: a multiple of 8, at most
+ * MAX_RECORD). `busy` is set before the stage is touched and cleared after,
+ * with compiler barriers: a program nested on this CPU sees it set for the
+ * whole time and leaves the stage alone. */
+static __always_inline void put(void *rec, __u32 size)
+{
+	__u32 zero = 0;
+	struct stage *st = bpf_map_lookup_elem(&stages, &zero);
+	if (unlikely(!st || st->busy)) {
+		if (bpf_ringbuf_output(&events, rec, size, RB_NO_WAKEUP))
+			count_lost(1);
+		return;
+	}
+	st->busy = 1;
+	barrier();
+	__u32 off = st->off;
+	if (unlikely(off > STAGE_BYTES - MAX_RECORD)) {
+		if (off > STAGE_BYTES)
+			off = STAGE_BYTES;
+		if (bpf_ringbuf_output(&events, st->buf, off, RB_NO_WAKEUP))
+			count_lost(st->n);
+		off = 0;
+		st->n = 0;
+	}
+	if (off <= STAGE_BYTES - MAX_RECORD) {
+		__builtin_memcpy(st->buf + off, rec, size);
+		st->off = off + size;
+		st->n += 1;
+	}
+	barrier();
+	st->busy = 0;
+}
+
 static __always_inline void *reserve(__u64 size)
 {
 	void *e = bpf_ringbuf_reserve(&events, size, 0);
-	if (!e) {
-		__u32 i = 0;
-		__u64 *n = bpf_map_lookup_elem(&counts, &i);
-		if (n)
-			*n += 1;
-	}
+	if (!e)
+		count_lost(1);
 	return e;
 }
 
@@ -207,16 +281,36 @@ static __always_inline void sock_record(struct sock *sk, __u32 ino)
 	bpf_ringbuf_submit(r, RB_NO_WAKEUP);
 }
 
+/* [0]: set once a socket needs its packets read (a write not out when its
+ * call returned, or a route with a queue). Userspace keeps the transmit
+ * program attached only from then on: on a busy host it runs for every
+ * packet, and with every write out at once it would have nothing to do. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} want_xmit SEC(".maps");
+
+static __always_inline void need_xmit(void)
+{
+	__u32 zero = 0;
+	__u32 *w = bpf_map_lookup_elem(&want_xmit, &zero);
+	if (w && !*w)
+		*w = 1;
+}
+
 /* A write's bytes: whether they left during the call, and if not, watch
  * the socket's packets for them. */
 static __always_inline void follow(struct call *e, struct sent *v)
 {
-	if (v->seen && after_eq(v->last_end, e->seq))
+	if (v->track ? v->seen && after_eq(v->last_end, e->seq) : after_eq(e->snd_nxt, e->seq))
 		e->bits |= B_LEFT;
 	else if (e->ret > 0) {
 		/* Not out yet (held, or queued below TCP). */
 		v->pending_end = e->seq;
 		v->pending = 1;
+		need_xmit();
 	}
 }
 
@@ -233,12 +327,32 @@ static __always_inline __u32 arg_of(__u8 code, struct pt_regs *regs)
 	return 0;
 }
 
+/* Whether the socket's route goes to a device without a queue (its first
+ * transmit queue has no enqueue: noqueue, as on loopback and veth). Unknown
+ * (no cached route yet) counts as queued: its packets are followed. */
+static __always_inline int noqueue(struct sock *sk)
+{
+	struct dst_entry *dst = sk->sk_dst_cache;
+	if (!dst)
+		return 0;
+	struct net_device *dev = dst->dev;
+	if (!dev)
+		return 0;
+	struct netdev_queue *txq = dev->_tx;
+	if (!txq)
+		return 0;
+	struct Qdisc *q = txq->qdisc;
+	return q && !q->enqueue;
+}
+
 /* sock: a read or write on a socket of a traced process, at its end.
  * tp_btf/sock_{send,recv}_length: (struct sock *sk, int ret, int flags). */
 static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
+	/* The task, not bpf_get_current_pid_tgid: its ids are plain loads, and
+	 * it is needed for the saved registers anyway (a helper call costs). */
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 tgid = task->tgid;
 	if (!is_traced(tgid))
 		return 0;
 	struct sock *sk = (struct sock *)ctx[0];
@@ -253,16 +367,19 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 	struct sent *v = bpf_sk_storage_get(&sk_sent, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!v)
 		return 0;
-	if (!v->ino) {
+	if (unlikely(!v->ino)) {
 		struct socket *so = sk->sk_socket;
 		__u32 ino = so ? so->file->f_inode->i_ino : 0;
 		/* A socket with no file (the kernel's own) has nothing to name it by. */
 		if (!ino)
 			return 0;
 		v->ino = ino;
+		v->track = !noqueue(sk);
+		if (v->track)
+			need_xmit();
 		sock_record(sk, ino);
 	}
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	__u32 nr = regs->orig_ax;
 	__u8 *cp = bpf_map_lookup_elem(&calls, &nr);
 	__u8 code = cp ? *cp : 0;
@@ -274,16 +391,13 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 		fd = dir == C_WRITE ? regs->dx : regs->di;
 	else if (what == dir)
 		fd = regs->di;
-	struct call *e = reserve(sizeof(*e));
-	if (!e)
-		return 0;
 	/* Every field set at once (the rest zero): no separate memset. */
-	*e = (struct call){
+	struct call rec = {
 		.kind = EV_CALL,
 		.dir = dir,
 		.ino = v->ino,
 		.t = bpf_ktime_get_ns(),
-		.tid = id,
+		.tid = task->pid,
 		.tgid = tgid,
 		.ret = ctx[1],
 		.fd = fd,
@@ -291,15 +405,15 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 		.arg = fd >= 0 ? arg_of(code, regs) : 0,
 	};
 	if (tp) {
-		e->seq = tp->write_seq;
-		e->snd_nxt = tp->snd_nxt;
-		e->mss = tp->mss_cache;
+		rec.seq = tp->write_seq;
+		rec.snd_nxt = tp->snd_nxt;
+		rec.mss = tp->mss_cache;
 		if (tp->packets_out)
-			e->bits |= B_IN_FLIGHT;
-		e->bits |= BPF_CORE_READ_BITFIELD(tp, nonagle) << B_NONAGLE_SHIFT;
-		follow(e, v);
+			rec.bits |= B_IN_FLIGHT;
+		rec.bits |= BPF_CORE_READ_BITFIELD(tp, nonagle) << B_NONAGLE_SHIFT;
+		follow(&rec, v);
 	}
-	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
+	put(&rec, sizeof(rec));
 	return 0;
 }
 
@@ -439,39 +553,39 @@ int trace_exit(__u64 *ctx)
 		v = bpf_map_lookup_elem(&socks, &key);
 		if (!v || v->ino != ino) {
 			/* New, or another socket at a freed one's address. */
-			struct sent n = {.ino = ino};
+			/* The socket came from a probe read: its route is not known here. */
+			struct sent n = {.ino = ino, .track = 1};
 			bpf_map_update_elem(&socks, &key, &n, BPF_ANY);
+			need_xmit();
 			v = bpf_map_lookup_elem(&socks, &key);
 			sock_record(sk, ino);
 		}
 	}
-	struct call *e = reserve(sizeof(*e));
-	if (!e)
-		return 0;
-	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = EV_CALL;
-	e->dir = dir;
-	e->ino = ino;
-	e->t = now;
-	e->t_enter = enter;
-	e->tid = tid;
-	e->tgid = tgid;
-	e->nr = nr;
-	e->fd = fd;
-	e->ret = ret;
-	e->arg = arg_of(code, regs);
+	struct call rec = {
+		.kind = EV_CALL,
+		.dir = dir,
+		.ino = ino,
+		.t = now,
+		.t_enter = enter,
+		.tid = tid,
+		.tgid = tgid,
+		.nr = nr,
+		.fd = fd,
+		.ret = ret,
+		.arg = arg_of(code, regs),
+	};
 	if (sk && dir == C_WRITE) {
 		struct tcp_sock *tp = (void *)sk;
-		e->seq = BPF_CORE_READ(tp, write_seq);
-		e->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
-		e->mss = BPF_CORE_READ(tp, mss_cache);
+		rec.seq = BPF_CORE_READ(tp, write_seq);
+		rec.snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+		rec.mss = BPF_CORE_READ(tp, mss_cache);
 		if (BPF_CORE_READ(tp, packets_out))
-			e->bits |= B_IN_FLIGHT;
-		e->bits |= BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle) << B_NONAGLE_SHIFT;
+			rec.bits |= B_IN_FLIGHT;
+		rec.bits |= BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle) << B_NONAGLE_SHIFT;
 		if (v)
-			follow(e, v);
+			follow(&rec, v);
 	}
-	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
+	put(&rec, sizeof(rec));
 	return 0;
 }
 
@@ -533,16 +647,8 @@ static __always_inline int tcp_range(struct sk_buff *skb, __u32 *seq, __u32 *end
 /* A record of a segment of a watched socket: sent, re-sent or dropped. */
 static __always_inline void segment(__u8 kind, __u32 ino, __u32 seq, __u32 end)
 {
-	struct segment *e = reserve(sizeof(*e));
-	if (!e)
-		return;
-	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = kind;
-	e->ino = ino;
-	e->t = bpf_ktime_get_ns();
-	e->seq = seq;
-	e->end = end;
-	bpf_ringbuf_submit(e, RB_NO_WAKEUP);
+	struct segment rec = {.kind = kind, .ino = ino, .t = bpf_ktime_get_ns(), .seq = seq, .end = end};
+	put(&rec, sizeof(rec));
 }
 
 /* A packet of a watched socket handed to a device: its sequence range.
@@ -554,7 +660,8 @@ int trace_xmit(__u64 *ctx)
 		return 0;
 	struct sk_buff *skb = (struct sk_buff *)ctx[0];
 	struct sent *v = watched(skb->sk);
-	if (!v)
+	/* On a route without a queue only a held write's packets matter. */
+	if (!v || !(v->track || v->pending))
 		return 0;
 	__u32 seq, end;
 	__u16 sport;

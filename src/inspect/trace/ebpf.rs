@@ -14,9 +14,12 @@
 //! [`Sock`]: super::events::Sock
 
 use super::decode::{Decoder, Hold};
-use super::records::{self, Record};
+use super::hold::Fate;
+use super::records::{self, Record, Stage};
 use super::{Recording, Request};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
+use aya::programs::BtfTracePoint;
+use aya::programs::tp_btf::BtfTracePointLinkId;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -50,8 +53,9 @@ impl Hooks {
         }
     }
 
-    /// The programs and the tracepoints they attach to.
-    fn programs(self) -> [(&'static str, &'static str); 6] {
+    /// The programs attached for the whole trace and the tracepoints they
+    /// attach to ([`XMIT`] comes and goes).
+    fn programs(self) -> [(&'static str, &'static str); 5] {
         let calls = match self {
             Hooks::Sock => [("trace_send", "sock_send_length"), ("trace_recv", "sock_recv_length")],
             Hooks::Syscalls => [("trace_enter", "sys_enter"), ("trace_exit", "sys_exit")],
@@ -60,18 +64,28 @@ impl Hooks {
             calls[0],
             calls[1],
             ("trace_fork", "sched_process_fork"),
-            ("trace_xmit", "net_dev_start_xmit"),
             ("trace_retransmit", "tcp_retransmit_skb"),
             ("trace_drop", "kfree_skb"),
         ]
     }
 }
 
+/// The transmit program: it runs for every packet the host sends, so it is
+/// attached only while some socket needs its packets read (a write not out
+/// when its call returned, or a route that may queue below TCP: the
+/// `want_xmit` flag the programs set); from the window's start for
+/// [`XMIT_GRACE`], and once wanted, for the rest of the trace.
+const XMIT: (&str, &str) = ("trace_xmit", "net_dev_start_xmit");
+const XMIT_GRACE: Duration = Duration::from_millis(200);
+/// How often the flag is read while the transmit program is off.
+const XMIT_POLL: Duration = Duration::from_millis(10);
+
 /// Calls per calibration round (each makes a record: the ring holds them).
 const CAL_CALLS: u32 = 5_000;
 
 /// How often the ring is read; more often when a read found it filling
-/// (at ~160,000 records/s, 50 ms is ~0.5 MB of the 8 MiB ring).
+/// (at ~160,000 records/s, 50 ms is ~0.5 MB of the 8 MiB ring; the records
+/// come a CPU's stage, ~70 of them, to an item).
 const DRAIN_EVERY: Duration = Duration::from_millis(50);
 const DRAIN_BUSY: Duration = Duration::from_millis(10);
 /// A drain that read this much makes the next come sooner (a quarter of the ring).
@@ -90,7 +104,7 @@ pub(crate) struct Calibration {
 pub(crate) struct Extra {
     /// Records the ring buffer had no room for.
     pub lost: u64,
-    /// Records sent.
+    /// Records received.
     pub sent: u64,
     pub calibration: Option<Calibration>,
     /// Each write's fate, with its local port, thread and time (as in its [`Event`](super::events::Event)).
@@ -112,7 +126,7 @@ pub(super) fn start() -> Result<Session, String> {
 
 fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String> {
     let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls)), ("empty", u8::from(env_set(EMPTY)))];
-    let mut bpf = crate::ebpf::load(crate::ebpf::TRACE_OBJ, &consts, &hooks.programs())?;
+    let mut bpf = crate::ebpf::load_with(crate::ebpf::TRACE_OBJ, &consts, &hooks.programs(), &[XMIT])?;
     let take =
         |bpf: &mut aya::Ebpf, name: &str| bpf.take_map(name).ok_or_else(|| format!("the BPF object has no map {name}"));
     let map_err = |e: aya::maps::MapError| format!("BPF map: {e}");
@@ -127,9 +141,12 @@ fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String>
         traced: Array::try_from(take(&mut bpf, "traced")?).map_err(map_err)?,
         ring: RingBuf::try_from(take(&mut bpf, "events")?).map_err(map_err)?,
         counts: PerCpuArray::try_from(take(&mut bpf, "counts")?).map_err(map_err)?,
+        stages: PerCpuArray::try_from(take(&mut bpf, "stages")?).map_err(map_err)?,
+        want_xmit: Array::try_from(take(&mut bpf, "want_xmit")?).map_err(map_err)?,
+        xmit: None,
+        xmit_off: Vec::new(),
         hooks,
         not_sock,
-        received: 0,
         _calls: calls,
         bpf: Some(bpf),
     })
@@ -141,40 +158,41 @@ pub(super) struct Session {
     traced: Array<MapData, u64>,
     ring: RingBuf<MapData>,
     counts: PerCpuArray<MapData, u64>,
+    /// Each CPU's records not yet sent to the ring.
+    stages: PerCpuArray<MapData, Stage>,
+    want_xmit: Array<MapData, u32>,
+    /// The transmit program's link while it is attached.
+    xmit: Option<BtfTracePointLinkId>,
+    /// When it was off during the window: (from, to) in monotonic ns, `to`
+    /// 0 while still off.
+    xmit_off: Vec<(u64, u64)>,
     hooks: Hooks,
     not_sock: Option<String>,
-    /// Ring items read.
-    received: u64,
     _calls: Array<MapData, u8>,
     /// The programs: None once detached (the maps above stay readable).
     bpf: Option<aya::Ebpf>,
 }
 
-/// Ring items as read, each after a byte giving its length in 8-byte words:
-/// copied while the trace runs, parsed after it.
+/// Ring items as read (a record, or a CPU's stage of them), each after its
+/// length as 4 bytes: copied while the trace runs, parsed after it.
 #[derive(Default)]
 struct Raw {
     bytes: Vec<u8>,
-    items: usize,
 }
 
 impl Raw {
-    /// Appends one item (records are at most 56 bytes, multiples of 8).
     fn push(&mut self, item: &[u8]) {
-        let words = item.len().div_ceil(8).min(255);
-        let n = (words * 8).min(item.len());
-        self.bytes.push(words as u8);
-        self.bytes.extend_from_slice(&item[..n]);
-        self.bytes.resize(self.bytes.len() + words * 8 - n, 0);
-        self.items += 1;
+        self.bytes.extend_from_slice(&(item.len() as u32).to_ne_bytes());
+        self.bytes.extend_from_slice(item);
     }
 
+    /// The records of every item, in the order read.
     fn records(&self) -> Vec<Record> {
-        let mut out = Vec::with_capacity(self.items);
+        let mut out = Vec::with_capacity(self.bytes.len() / 56);
         let mut b = &self.bytes[..];
-        while let Some((&words, rest)) = b.split_first() {
-            let n = (usize::from(words) * 8).min(rest.len());
-            out.extend(Record::parse(&rest[..n]));
+        while let Some((len, rest)) = b.split_first_chunk::<4>() {
+            let n = (u32::from_ne_bytes(*len) as usize).min(rest.len());
+            out.extend(records::records_in(&rest[..n]));
             b = &rest[n..];
         }
         out
@@ -195,25 +213,92 @@ impl Session {
         self.counts.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
 
-    /// Reads every waiting item into `into` while it has room for `room`
-    /// items (the rest are counted in `overflow`); returns the bytes read.
+    /// Reads every waiting item into `into` while it holds less than `room`
+    /// bytes (the records of the rest are counted in `overflow`); returns the bytes read.
     fn drain(&mut self, into: &mut Raw, room: usize, overflow: &mut u64) -> usize {
         let mut bytes = 0;
         while let Some(item) = self.ring.next() {
-            self.received += 1;
             bytes += item.len();
-            if into.items >= room {
-                *overflow += 1;
-                continue;
-            }
-            into.push(&item);
+            keep(into, &item, room, overflow);
         }
         bytes
+    }
+
+    /// Reads the records the CPUs still hold in their stages (once the
+    /// programs are detached, nothing adds to them).
+    fn leftovers(&mut self, into: &mut Raw, room: usize, overflow: &mut u64) {
+        if let Ok(per_cpu) = self.stages.get(&0, 0) {
+            for st in per_cpu.iter() {
+                keep(into, st.used(), room, overflow);
+            }
+        }
+    }
+
+    /// Attaches (`on`) or detaches the transmit program.
+    fn set_xmit(&mut self, on: bool) -> Result<(), String> {
+        let bpf = self.bpf.as_mut().ok_or("the programs are detached")?;
+        let p: &mut BtfTracePoint = bpf
+            .program_mut(XMIT.0)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| format!("the BPF object has no BTF tracepoint program {}", XMIT.0))?;
+        match (on, self.xmit.take()) {
+            (true, None) => {
+                self.xmit = Some(p.attach().map_err(|e| format!("attaching {} to {}: {e}", XMIT.0, XMIT.1))?);
+                if let Some(off) = self.xmit_off.last_mut().filter(|o| o.1 == 0) {
+                    off.1 = crate::ebpf::monotonic_ns();
+                }
+            }
+            (false, Some(link)) => {
+                p.detach(link).map_err(|e| format!("detaching {}: {e}", XMIT.0))?;
+                self.xmit_off.push((crate::ebpf::monotonic_ns(), 0));
+            }
+            (_, link) => self.xmit = link,
+        }
+        Ok(())
+    }
+
+    /// Whether a program asked for the transmit program.
+    fn xmit_wanted(&self) -> bool {
+        self.want_xmit.get(&0, 0).is_ok_and(|w| w != 0)
     }
 
     /// Detaches the programs; the maps stay readable.
     fn detach(&mut self) {
         self.bpf = None;
+        self.xmit = None;
+    }
+}
+
+/// What the transmit program's absence meant: how long it was off and how
+/// many writes made then were not seen leaving (None when it never was).
+fn xmit_note(off: &[(u64, u64)], holds: &[Hold], window_ns: u64) -> Option<String> {
+    let total: u64 = off.iter().map(|&(a, b)| b.saturating_sub(a)).sum();
+    if total == 0 {
+        return None;
+    }
+    let unseen =
+        holds.iter().filter(|h| h.fate == Fate::Unseen && off.iter().any(|&(a, b)| (a..b).contains(&h.t_ns))).count();
+    let (off, window) = (total as f64 / 1e9, window_ns as f64 / 1e9);
+    Some(if unseen == 0 {
+        format!(
+            "the transmit program (it runs for every packet the host sends) was detached for {off:.1} of {window:.1} s: \
+meanwhile every write left during its call and no traced socket's route had a queue, so it had nothing to follow"
+        )
+    } else {
+        format!(
+            "the transmit program (it runs for every packet the host sends) was detached for {off:.1} of {window:.1} s, \
+until a write was held or a route with a queue appeared: {unseen} writes made meanwhile were not seen leaving"
+        )
+    })
+}
+
+/// Appends `item` to `into` while it holds less than `room` bytes, else
+/// counts its records in `overflow`.
+fn keep(into: &mut Raw, item: &[u8], room: usize, overflow: &mut u64) {
+    if into.bytes.len() < room {
+        into.push(item);
+    } else {
+        *overflow += records::records_in(item).count() as u64;
     }
 }
 
@@ -273,7 +358,12 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     let base = median3(&mut || read_loop(CAL_CALLS));
     let mut s = start()?;
     let calibration = calibrate(&mut s, base);
-    let (lost0, received0) = (s.lost(), s.received);
+    let lost0 = s.lost();
+    let mut notes = Vec::new();
+    // The transmit program from the start, so that the first held writes are followed.
+    if let Err(e) = s.set_xmit(true) {
+        notes.push(format!("writes' departures were not followed: {e}"));
+    }
     let mut initial: HashSet<u32> = HashSet::new();
     for &pid in &req.pids {
         s.mark(pid, true)?;
@@ -286,12 +376,35 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     let mut raw = Raw::default();
     let mut exited = false;
     let mut overflow = 0u64;
-    let room = super::MAX_EVENTS * 2;
+    // Room for twice the events analysed, at the largest record's size.
+    let room = super::MAX_EVENTS * 2 * size_of::<records::CallRec>();
     let mut every = DRAIN_EVERY;
+    let mut drained = Instant::now();
+    let mut wanted = false;
     while started.elapsed() < req.duration && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(every.min(req.duration.saturating_sub(started.elapsed())));
-        let read = s.drain(&mut raw, room, &mut overflow);
-        every = if read >= BUSY_BYTES { DRAIN_BUSY } else { DRAIN_EVERY };
+        // While the transmit program is off, the flag is read more often than the ring.
+        let nap = if s.xmit.is_none() { every.min(XMIT_POLL) } else { every };
+        std::thread::sleep(nap.min(req.duration.saturating_sub(started.elapsed())));
+        if drained.elapsed() >= every {
+            let read = s.drain(&mut raw, room, &mut overflow);
+            every = if read >= BUSY_BYTES { DRAIN_BUSY } else { DRAIN_EVERY };
+            drained = Instant::now();
+        }
+        wanted = wanted || s.xmit_wanted();
+        let switch = match (wanted, s.xmit.is_some()) {
+            (true, false) => Some(true),
+            (false, true) if started.elapsed() >= XMIT_GRACE => Some(false),
+            _ => None,
+        };
+        if let Some(on) = switch
+            && let Err(e) = s.set_xmit(on)
+        {
+            notes.push(format!(
+                "writes' departures were not followed from {:.1} s on: {e}",
+                started.elapsed().as_secs_f64()
+            ));
+            wanted = false;
+        }
         if super::exiting(main) {
             exited = true;
             break;
@@ -302,17 +415,27 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     // Detach now: the programs stop running before the records are analysed.
     s.detach();
     s.drain(&mut raw, room, &mut overflow);
+    s.leftovers(&mut raw, room, &mut overflow);
     let mut records = raw.records();
     drop(raw);
-    let (lost, sent) = (s.lost() - lost0, s.received - received0);
+    // The calibration's records that stayed in a stage came before the window.
+    records.retain(|r| !matches!(r, Record::Call(_) | Record::Segment(_)) || r.t() >= t0);
+    let lost = s.lost() - lost0;
+    let sent = records.len() as u64 + overflow;
     let (hooks, not_sock) = (s.hooks, s.not_sock.take());
+    // When the transmit program was off, relative to the window's start.
+    let xmit_off: Vec<(u64, u64)> = s
+        .xmit_off
+        .iter()
+        .map(|&(a, b)| (a.saturating_sub(t0), if b == 0 { t_end } else { b }.saturating_sub(t0)))
+        .collect();
     drop(s);
     let mut dec = Decoder::new(&req.known, &req.listen_ports, t0, hooks == Hooks::Sock);
     dec.run(&mut records, t_end);
     dec.dropped += overflow;
     let holds = dec.holds();
     let tids = std::mem::take(&mut dec.tids);
-    let mut notes = vec![match (hooks, &not_sock) {
+    notes.insert(0, match (hooks, &not_sock) {
         (Hooks::Sock, _) => "calls seen at the socket tracepoints (sock_send_length, sock_recv_length): waits \
 (epoll_wait, poll, select) are not seen, and each call is recorded as it ends, so no call has a duration"
             .to_string(),
@@ -321,7 +444,10 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
 tracepoints were not used ({})",
             why.as_deref().unwrap_or("unknown")
         ),
-    }];
+    });
+    if let Some(n) = xmit_note(&xmit_off, &holds, t_end.saturating_sub(t0)) {
+        notes.push(n);
+    }
     if env_set(EMPTY) {
         notes.push(format!("{EMPTY} is set: the programs were attached but recorded nothing (a benchmark's floor)"));
     }
@@ -377,12 +503,29 @@ mod tests {
         let mut raw = Raw::default();
         raw.push(&bytes(&sock));
         raw.push(&bytes(&call(1)));
-        raw.push(&bytes(&seg));
-        raw.push(&bytes(&call(7)));
-        assert_eq!(raw.items, 4);
+        // A stage: several records in one item.
+        raw.push(&[bytes(&seg), bytes(&call(7)), bytes(&call(8))].concat());
+        raw.push(&bytes(&call(9)));
         assert_eq!(
             raw.records(),
-            [Record::Sock(sock), Record::Call(call(1)), Record::Segment(seg), Record::Call(call(7))]
+            [
+                Record::Sock(sock),
+                Record::Call(call(1)),
+                Record::Segment(seg),
+                Record::Call(call(7)),
+                Record::Call(call(8)),
+                Record::Call(call(9))
+            ]
         );
+    }
+
+    #[test]
+    fn items_past_the_room_are_counted_not_kept() {
+        let call = CallRec { kind: EV_CALL, t: 1, ino: 3, ..CallRec::default() };
+        let stage = [bytes(&call), bytes(&call), bytes(&call)].concat();
+        let (mut raw, mut over) = (Raw::default(), 0);
+        keep(&mut raw, &stage, 100, &mut over);
+        keep(&mut raw, &stage, 100, &mut over);
+        assert_eq!((raw.records().len(), over), (3, 3));
     }
 }

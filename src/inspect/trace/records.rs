@@ -76,6 +76,31 @@ pub(super) struct SegRec {
     pub end: u32,
 }
 
+/// `struct stage`: a CPU's records not yet sent to the ring (`stages`, read
+/// after the programs are detached).
+pub(super) const STAGE_BYTES: usize = 4096;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct Stage {
+    /// Bytes of `buf` in use.
+    pub off: u32,
+    pub n: u32,
+    pub busy: u32,
+    pub pad: u32,
+    pub buf: [u8; STAGE_BYTES],
+}
+
+// SAFETY: plain integers and bytes, no padding: any bytes are a valid value.
+unsafe impl aya::Pod for Stage {}
+
+impl Stage {
+    /// The records it holds, as bytes.
+    pub fn used(&self) -> &[u8] {
+        &self.buf[..(self.off as usize).min(STAGE_BYTES)]
+    }
+}
+
 /// One record of the ring buffer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Record {
@@ -94,6 +119,28 @@ impl Plain for SegRec {}
 fn read<T: Plain>(b: &[u8]) -> Option<T> {
     // SAFETY: `b` holds at least a T, and a T is plain integers.
     (b.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+}
+
+/// The size of a record of kind `kind`, as the programs write it.
+fn size_of_kind(kind: u8) -> Option<usize> {
+    match kind {
+        EV_CALL => Some(size_of::<CallRec>()),
+        EV_SOCK => Some(size_of::<SockRec>()),
+        EV_XMIT | EV_RETRANS | EV_DROP => Some(size_of::<SegRec>()),
+        _ => None,
+    }
+}
+
+/// The records packed one after another in `b` (a ring item: one record, or a
+/// CPU's stage of them). Stops at bytes of no known kind or a record cut short.
+pub(super) fn records_in(b: &[u8]) -> impl Iterator<Item = Record> + '_ {
+    let mut rest = b;
+    std::iter::from_fn(move || {
+        let n = size_of_kind(*rest.first()?)?;
+        let r = Record::parse(rest.get(..n)?)?;
+        rest = &rest[n..];
+        Some(r)
+    })
 }
 
 impl Record {
@@ -172,6 +219,30 @@ mod tests {
         assert_eq!(Record::parse(&b[..55]), None);
         b[0] = 9;
         assert_eq!(Record::parse(&b), None);
+        // struct stage: the header, then the bytes.
+        assert_eq!(size_of::<Stage>(), 16 + STAGE_BYTES);
+    }
+
+    #[test]
+    fn a_stage_of_records_is_read_record_by_record() {
+        let call = CallRec { kind: EV_CALL, ino: 3, t: 9, ..CallRec::default() };
+        let seg = SegRec { kind: EV_XMIT, ino: 3, t: 10, seq: 1, end: 5, ..SegRec::default() };
+        let sock = SockRec { kind: EV_SOCK, ino: 3, lport: 80, ..SockRec::default() };
+        let mut b = Vec::new();
+        for r in [&bytes(&sock)[..], &bytes(&call), &bytes(&seg), &bytes(&call)] {
+            b.extend_from_slice(r);
+        }
+        let got: Vec<Record> = records_in(&b).collect();
+        assert_eq!(got, [Record::Sock(sock), Record::Call(call), Record::Segment(seg), Record::Call(call)]);
+        // Cut short, or followed by bytes of no kind: the whole records before it.
+        assert_eq!(records_in(&b[..b.len() - 1]).count(), 3);
+        b.extend_from_slice(&[0u8; 16]);
+        assert_eq!(records_in(&b).count(), 4);
+    }
+
+    fn bytes<T: Copy>(v: &T) -> Vec<u8> {
+        // SAFETY: the record types are plain integers, read as bytes.
+        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
     }
 
     #[test]
