@@ -17,17 +17,21 @@ listed). Socket options are read on duplicates of the sockets (pidfd_getfd, Linu
 permission over the process (same user, root, or CAP_SYS_PTRACE); nothing about the process is changed. A \
 process that exits during the window is still reported, flagged as exited.
 
---trace D records the process's reads, writes and waits on TCP sockets for D (at most 60 s) with ptrace, like \
-`strace -f` (PTRACE_SEIZE on every thread of the process and its workers, Linux >= 5.3; no eBPF), then detaches \
-and leaves it as it was. It finds write-write-read: responses written in two or more small pieces with Nagle on, \
-then a wait for the next request (the Nagle + delayed-ACK stall's shape). Tracing stops the process at every \
-syscall: each one takes some microseconds longer meanwhile; the report measures and prints that cost. It needs \
-ptrace permission (root or CAP_SYS_PTRACE, or the same user where kernel.yama.ptrace_scope allows it) and fails if \
-another tracer (a debugger, strace) holds the process. Ctrl-C ends the trace early and reports what was recorded.
+--trace D records the process's reads and writes on TCP sockets for D (at most 60 s), then leaves it as it was. \
+With eBPF (the default where it loads: Linux >= 5.11 with BTF, x86_64, CAP_BPF and CAP_PERFMON or root) programs \
+at the kernel's socket tracepoints record them and the process never stops; the kernel also says, for each write, \
+whether its bytes left during the call or were held (by Nagle, until the peer's ACK). Otherwise ptrace is used, \
+like `strace -f` (PTRACE_SEIZE on every thread of the process and its workers, Linux >= 5.3; waits are seen too): \
+it stops the process at every syscall, so each takes some microseconds longer meanwhile; it needs ptrace \
+permission (root or CAP_SYS_PTRACE, or the same user where kernel.yama.ptrace_scope allows it) and fails if \
+another tracer (a debugger, strace) holds the process. --method ebpf|ptrace forces one. Either way it finds \
+write-write-read: responses written in two or more small pieces with Nagle on, then a wait for the next request \
+(the Nagle + delayed-ACK stall's shape), and the report measures and prints what tracing cost. Ctrl-C ends the \
+trace early and reports what was recorded.
 
 Exit codes: 0 inspected (also when the process exited during --trace: the report says so); 2 bad command line; \
 3 no such process, or nothing listens on PORT; 5 cannot inspect or trace (no ptrace permission, already traced, \
-kernel too old); 6 the report could not be written to standard output.";
+kernel too old, or --method ebpf and the programs would not load); 6 the report could not be written to standard output.";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -53,7 +57,7 @@ fn parse_trace(s: &str) -> Result<Duration, String> {
     let d = parse_positive_duration(s)?;
     if d > inspect::MAX_TRACE {
         return Err(format!(
-            "`{s}`: at most {} s: every syscall of the traced process is slowed meanwhile (trace a few short windows instead)",
+            "`{s}`: at most {} s: the traced process's socket calls (with ptrace, all its syscalls) are slowed meanwhile (trace a few short windows instead)",
             inspect::MAX_TRACE.as_secs()
         ));
     }
