@@ -224,12 +224,23 @@ impl Session {
         bytes
     }
 
-    /// Reads the records the CPUs still hold in their stages (once the
-    /// programs are detached, nothing adds to them).
+    /// Reads the records the CPUs still hold in their stages, once the
+    /// programs are detached. A program that was already running when they
+    /// were detached may still be filling one (its `busy` is set): that stage
+    /// is read again a moment later (up to 20 ms).
     fn leftovers(&mut self, into: &mut Raw, room: usize, overflow: &mut u64) {
-        if let Ok(per_cpu) = self.stages.get(&0, 0) {
-            for st in per_cpu.iter() {
-                keep(into, st.used(), room, overflow);
+        for tries in (0..20).rev() {
+            match self.stages.get(&0, 0) {
+                Ok(per_cpu) if tries > 0 && per_cpu.iter().any(|st| st.busy != 0) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(per_cpu) => {
+                    for st in per_cpu.iter() {
+                        keep(into, st.used(), room, overflow);
+                    }
+                    return;
+                }
+                Err(_) => return,
             }
         }
     }
