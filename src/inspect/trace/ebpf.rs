@@ -79,6 +79,8 @@ const XMIT: (&str, &str) = ("trace_xmit", "net_dev_start_xmit");
 const XMIT_GRACE: Duration = Duration::from_millis(200);
 /// How often the flag is read while the transmit program is off.
 const XMIT_POLL: Duration = Duration::from_millis(10);
+/// How often the traced process is checked for having exited.
+const EXIT_CHECK: Duration = Duration::from_millis(100);
 
 /// Calls per calibration round (each makes a record: the ring holds them).
 const CAL_CALLS: u32 = 5_000;
@@ -174,26 +176,43 @@ pub(super) struct Session {
 }
 
 /// Ring items as read (a record, or a CPU's stage of them), each after its
-/// length as 4 bytes: copied while the trace runs, parsed after it.
+/// length as 4 bytes: copied while the trace runs, parsed after it. Kept in
+/// chunks that are never moved (a growing `Vec` copies all it holds at each
+/// doubling, while the traced server needs the CPU).
 #[derive(Default)]
 struct Raw {
-    bytes: Vec<u8>,
+    chunks: Vec<Vec<u8>>,
+    len: usize,
 }
+
+/// A chunk's size (an item larger than this gets a chunk of its own).
+const RAW_CHUNK: usize = 4 << 20;
 
 impl Raw {
     fn push(&mut self, item: &[u8]) {
-        self.bytes.extend_from_slice(&(item.len() as u32).to_ne_bytes());
-        self.bytes.extend_from_slice(item);
+        let need = 4 + item.len();
+        let last = match self.chunks.last_mut() {
+            Some(c) if c.capacity() - c.len() >= need => c,
+            _ => {
+                self.chunks.push(Vec::with_capacity(RAW_CHUNK.max(need)));
+                self.chunks.last_mut().expect("just pushed")
+            }
+        };
+        last.extend_from_slice(&(item.len() as u32).to_ne_bytes());
+        last.extend_from_slice(item);
+        self.len += need;
     }
 
     /// The records of every item, in the order read.
     fn records(&self) -> Vec<Record> {
-        let mut out = Vec::with_capacity(self.bytes.len() / 56);
-        let mut b = &self.bytes[..];
-        while let Some((len, rest)) = b.split_first_chunk::<4>() {
-            let n = (u32::from_ne_bytes(*len) as usize).min(rest.len());
-            out.extend(records::records_in(&rest[..n]));
-            b = &rest[n..];
+        let mut out = Vec::with_capacity(self.len / 56);
+        for chunk in &self.chunks {
+            let mut b = &chunk[..];
+            while let Some((len, rest)) = b.split_first_chunk::<4>() {
+                let n = (u32::from_ne_bytes(*len) as usize).min(rest.len());
+                out.extend(records::records_in(&rest[..n]));
+                b = &rest[n..];
+            }
         }
         out
     }
@@ -306,7 +325,7 @@ until a write was held or a route with a queue appeared: {unseen} writes made me
 /// Appends `item` to `into` while it holds less than `room` bytes, else
 /// counts its records in `overflow`.
 fn keep(into: &mut Raw, item: &[u8], room: usize, overflow: &mut u64) {
-    if into.bytes.len() < room {
+    if into.len < room {
         into.push(item);
     } else {
         *overflow += records::records_in(item).count() as u64;
@@ -391,6 +410,7 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     let room = super::MAX_EVENTS * 2 * size_of::<records::CallRec>();
     let mut every = DRAIN_EVERY;
     let mut drained = Instant::now();
+    let mut looked = Instant::now();
     let mut wanted = false;
     while started.elapsed() < req.duration && !stop.load(Ordering::Relaxed) {
         // While the transmit program is off, the flag is read more often than the ring.
@@ -416,9 +436,14 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
             ));
             wanted = false;
         }
-        if super::exiting(main) {
-            exited = true;
-            break;
+        // /proc is read at most every 100 ms: the loop wakes every 10 ms while
+        // the transmit program is off, on a host whose cores the server needs.
+        if looked.elapsed() >= EXIT_CHECK {
+            looked = Instant::now();
+            if super::exiting(main) {
+                exited = true;
+                break;
+            }
         }
     }
     let traced = started.elapsed();
@@ -528,6 +553,18 @@ mod tests {
                 Record::Call(call(9))
             ]
         );
+    }
+
+    #[test]
+    fn items_spread_over_several_chunks_come_back_in_order() {
+        let mut raw = Raw::default();
+        let n = RAW_CHUNK / 50;
+        for t in 0..n as u64 {
+            raw.push(&bytes(&CallRec { kind: EV_CALL, t, ino: 3, ..CallRec::default() }));
+        }
+        assert!(raw.chunks.len() >= 2, "{} chunks", raw.chunks.len());
+        let ts: Vec<u64> = raw.records().iter().map(Record::t).collect();
+        assert_eq!(ts, (0..n as u64).collect::<Vec<_>>());
     }
 
     #[test]
