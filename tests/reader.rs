@@ -9,6 +9,8 @@
 //! its records gets client port 20000 + k and timestamps shifted by 2 s × k,
 //! so every copy is one more connection to the same server.
 
+mod common;
+
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -512,4 +514,74 @@ fn a_pipe_into_analyze_is_grown_to_the_reader_s_buffer() {
     assert_eq!(status.code(), Some(0));
     let r = json(&stdout.join().unwrap());
     assert_eq!(r["inputs"][0]["packets"], 157);
+}
+
+/// A reader that hands out its bytes in chunks of pseudo-random sizes (1 to
+/// 16 bytes mostly, sometimes up to 4 KiB, sometimes an interrupted read).
+struct Chunks {
+    data: Vec<u8>,
+    at: usize,
+    rng: u64,
+}
+
+impl std::io::Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let n = match self.rng % 8 {
+            0 if self.at < self.data.len() => return Err(std::io::ErrorKind::Interrupted.into()),
+            0..=5 => 1 + (self.rng >> 8) as usize % 16,
+            _ => 1 + (self.rng >> 8) as usize % 4096,
+        };
+        let n = n.min(buf.len()).min(self.data.len() - self.at);
+        buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+type Seen = (Vec<(u64, i64, u32, Vec<u8>, u32)>, Option<String>, Option<(u64, u64)>);
+
+fn walk(p: &mut tcpdoctor::capture::Packets<'_>) -> Seen {
+    let mut out = Vec::new();
+    while let Some(x) = p.next() {
+        out.push((x.frame, x.ts_ns, x.link.0, x.data.to_vec(), x.orig_len));
+    }
+    (out, p.damage().map(|d| d.to_string()), p.undeclared())
+}
+
+/// The streaming reader gives exactly the packets, damage and skipped blocks
+/// of the walk over the same bytes in memory, for every capture in
+/// tests/data, cut short at several points and with a record header
+/// damaged, read in random chunks into buffers from 1 byte to 1 MiB (so
+/// records straddle refills, and whole ones are taken from the buffer as it
+/// stands). The fuzz target `stream` does the same on arbitrary bytes.
+#[test]
+fn a_stream_read_in_any_chunks_walks_as_the_bytes_in_memory() {
+    use tcpdoctor::capture::{Capture, Packets};
+    let mut checked = 0;
+    for p in common::captures() {
+        let bytes = std::fs::read(&p).unwrap();
+        let mut variants = vec![bytes.clone()];
+        for cut in [bytes.len() / 3, bytes.len() / 2 + 7, bytes.len() - 1] {
+            variants.push(bytes[..cut].to_vec());
+        }
+        if bytes.len() > 200 {
+            let mut bad = bytes.clone();
+            bad[100..104].copy_from_slice(&u32::MAX.to_le_bytes());
+            variants.push(bad);
+        }
+        for (i, v) in variants.iter().enumerate() {
+            let whole = Packets::new(v).map(|mut w| walk(&mut w)).map_err(|e| e.to_string());
+            for (seed, size) in [(1u64, 1usize), (7, 61), (99, 4096), (12345, 1 << 20)] {
+                let reader = Chunks { data: v.clone(), at: 0, rng: (seed * 0x9e37_79b9 + i as u64) | 1 };
+                let stream = Capture::from_reader_buffered("chunks", reader, size);
+                let streamed = stream.packets().map(|mut w| walk(&mut w)).map_err(|e| e.to_string());
+                assert_eq!(whole, streamed, "{} variant {i}, buffer {size}", p.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100, "{checked}");
 }

@@ -10,18 +10,6 @@ use common::tcpdoctor;
 use std::path::{Path, PathBuf};
 use tcpdoctor::capture::{LinkType, all_packets};
 
-/// Every capture under tests/data.
-fn captures(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            captures(&p, out);
-        } else if p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
-            out.push(p);
-        }
-    }
-}
-
 /// Exit code, stdout and stderr of `analyze FILE --threads N`, as JSON or text.
 fn analyze(file: &Path, threads: u32, json: bool) -> (Option<i32>, Vec<u8>, Vec<u8>) {
     let mut cmd = tcpdoctor();
@@ -69,8 +57,7 @@ fn same_on_any_threads(file: &Path) -> serde_json::Value {
 
 #[test]
 fn every_capture_reports_the_same_on_one_two_and_three_threads() {
-    let mut files = Vec::new();
-    captures(&common::data(""), &mut files);
+    let mut files = common::captures();
     files.sort();
     assert!(files.len() >= 30, "{} captures", files.len());
     for f in &files {

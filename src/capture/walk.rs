@@ -127,25 +127,46 @@ impl<'a> Packets<'a> {
     #[inline(always)]
     #[allow(clippy::should_implement_trait)] // a lending iterator: the packet borrows the walk
     pub fn next(&mut self) -> Option<Packet<'_>> {
-        if let Source::Slice(s) = &mut self.src {
-            // Most records: a whole, sound pcap record in memory, read
-            // without the general walk (which reads the rest, and damage).
-            if let Parser::Pcap(pcap) = &self.walk.parser
-                && !self.walk.done
-                && let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
-                && s.check(range.end).is_ok()
-            {
-                let link = pcap.link();
-                s.pos = range.end;
-                if s.next_window() {
-                    self.walk.crossed_window();
+        // Most records: a whole, sound pcap record in memory (the mapped file,
+        // or already in a stream's buffer), read without the general walk
+        // (which reads the rest, refills, and says what is damaged).
+        if let Parser::Pcap(pcap) = &self.walk.parser
+            && !self.walk.done
+        {
+            let link = pcap.link();
+            match &mut self.src {
+                Source::Slice(s) => {
+                    if let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
+                        && s.check(range.end).is_ok()
+                    {
+                        s.pos = range.end;
+                        if s.next_window() {
+                            self.walk.crossed_window();
+                        }
+                        self.walk.frame += 1;
+                        let data = &s.bytes[range];
+                        return Some(Packet { frame: self.walk.frame, ts_ns, link, data, orig_len });
+                    }
                 }
-                self.walk.frame += 1;
-                let data = &s.bytes[range];
-                return Some(Packet { frame: self.walk.frame, ts_ns, link, data, orig_len });
+                Source::Stream(s) => {
+                    if let Some((ts_ns, range, orig_len)) = pcap.whole(s.storage(), s.cursor()) {
+                        s.consume(range.end - s.cursor());
+                        self.walk.frame += 1;
+                        return Some(self.buffered(ts_ns, link, range, orig_len));
+                    }
+                }
             }
         }
         self.next_general()
+    }
+
+    /// The packet whose data is `range` of the stream's buffer.
+    fn buffered(&self, ts_ns: i64, link: LinkType, range: std::ops::Range<usize>, orig_len: u32) -> Packet<'_> {
+        let data = match &self.src {
+            Source::Stream(s) => &s.storage()[range],
+            Source::Slice(s) => &s.bytes[range],
+        };
+        Packet { frame: self.walk.frame, ts_ns, link, data, orig_len }
     }
 
     /// Like [`Packets::next`], but passes over the whole records of a pcap

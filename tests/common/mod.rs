@@ -19,6 +19,23 @@ pub fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
 
+/// Every capture (pcap or pcapng) under tests/data.
+pub fn captures() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&data(""), &mut out);
+    out
+}
+
 /// Analyses one capture, which must be undamaged.
 pub fn run_path(path: &Path) -> Report {
     let cap = Capture::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
