@@ -96,15 +96,6 @@ print("%.0f %.2f %d %.2f" % (b["requests_per_s"], b["latency"]["p50"], sum(b["er
                              ticks * 1e4 / max(b["requests"], 1)))' "$(cpu_ticks "$PID")" "$c0"
     fi
 }
-started() { # PID ERRFILE: the tracer said its window began
-    for _ in $(seq 1000); do
-        grep -q '^tcpdoctor: tracing pid ' "$2" && return 0
-        kill -0 "$1" 2>/dev/null || { echo "tracer $1 ended before its window: $(cat "$2")" >&2; exit 1; }
-        sleep 0.01
-    done
-    echo "tracer $1: no 'tracing pid' line after 10 s" >&2
-    exit 1
-}
 bpf_attached() { # PID: its six programs are held (fdinfo prog_id)
     for _ in $(seq 500); do
         [ "$(grep -l '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | wc -l)" -ge 6 ] && return 0
@@ -166,7 +157,7 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
                 bpf_attached "$TRACER"
                 for _ in $(seq 100); do grep -q '^tcpdoctor: tracing pid ' "$WORK/$method.err" && break; sleep 0.01; done
             else
-                started "$TRACER" "$WORK/$method.err"
+                trace_started "$TRACER" "$WORK/$method.err"
             fi
             up=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
             c_up=$(cpu_ticks "$TRACER")

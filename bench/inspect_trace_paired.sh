@@ -54,15 +54,6 @@ sample() {
     c=$(awk '{print $14 + $15}' "/proc/$PID/stat")
     echo "$(date +%s.%N) $w $c"
 }
-started() { # PID ERRFILE: the tracer said its window began
-    for _ in $(seq 1000); do
-        grep -q '^tcpdoctor: tracing pid ' "$2" && return 0
-        kill -0 "$1" 2>/dev/null || { echo "tracer $1 ended before its window: $(cat "$2")" >&2; exit 1; }
-        sleep 0.01
-    done
-    echo "tracer $1: no 'tracing pid' line after 10 s" >&2
-    exit 1
-}
 
 # Phases: none, then (ebpf|empty), none, … ; generous wrk duration (each traced
 # phase also waits for the tracer's start-up, ~0.2 s, and its exit).
@@ -92,7 +83,7 @@ traced() { # CASE
     TCPDOCTOR_TRACE_EMPTY=$empty "$TD" inspect ":$PORT" --trace "$((SECS + 20))s" --method ebpf --json \
         >"$WORK/trace.json" 2>"$WORK/err" &
     TRACER=$!
-    started "$TRACER" "$WORK/err"
+    trace_started "$TRACER" "$WORK/err"
     a=$(sample)
     t_a=$(awk '{print $14 + $15}' "/proc/$TRACER/stat")
     sleep "$SECS"

@@ -119,3 +119,16 @@ lab_server() {
     python3 -c 'import json,sys; print([s[sys.argv[3]] for s in json.load(open(sys.argv[1])) if s["name"] == sys.argv[2]][0])' \
         "$1/lab.json" "$2" "$3"
 }
+
+# trace_started PID ERRFILE: waits until `tcpdoctor inspect --trace` (PID, its
+# stderr in ERRFILE) says its window began ("tracing pid …"); exits the script
+# if it ended before, or said nothing within 10 s.
+trace_started() {
+    for _ in $(seq 1000); do
+        grep -q '^tcpdoctor: tracing pid ' "$2" && return 0
+        kill -0 "$1" 2>/dev/null || { echo "tracer $1 ended before its window: $(cat "$2")" >&2; exit 1; }
+        sleep 0.01
+    done
+    echo "tracer $1: no 'tracing pid' line after 10 s" >&2
+    exit 1
+}
