@@ -68,7 +68,6 @@ wait_tracer() { # PID WANT(attached|detached)
 }
 
 HAVE_WRK=$(command -v wrk >/dev/null && echo 1 || echo 0)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system, 1/100 s
 bench() { # URL -> "requests_per_s p50_ms errors nginx_cpu_us_per_request"
     local c0 out
     c0=$(cpu_ticks "$PID")
@@ -163,7 +162,7 @@ for name in nginx-nodelay-on nginx-nodelay-off; do
             c_up=$(cpu_ticks "$TRACER")
             read -r rps p50 err cpu < <(bench "$URL")
             c_run=$(( $(cpu_ticks "$TRACER") - c_up ))
-            echo "$method start-up ${up}s, tracer CPU ${c_up}0 ms; during wrk ${c_run}0 ms" >>"$WORK/$name.tracer"
+            echo "$method start-up ${up}s, tracer CPU $((c_up * 10)) ms; during wrk $((c_run * 10)) ms" >>"$WORK/$name.tracer"
             kill -INT "$TRACER"
             # The floor's trace saw nothing, which tcpdoctor reports as such (exit 5).
             wait "$TRACER" || [ "$method" = empty ]

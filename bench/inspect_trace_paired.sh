@@ -51,7 +51,7 @@ PORT=${PORT%/}
 sample() {
     local w c
     w=$(awk '/^syscw:/ {print $2}' "/proc/$PID/io")
-    c=$(awk '{print $14 + $15}' "/proc/$PID/stat")
+    c=$(cpu_ticks "$PID")
     echo "$(date +%s.%N) $w $c"
 }
 
@@ -85,10 +85,10 @@ traced() { # CASE
     TRACER=$!
     trace_started "$TRACER" "$WORK/err"
     a=$(sample)
-    t_a=$(awk '{print $14 + $15}' "/proc/$TRACER/stat")
+    t_a=$(cpu_ticks "$TRACER")
     sleep "$SECS"
     b=$(sample)
-    echo "$1 $(( $(awk '{print $14 + $15}' "/proc/$TRACER/stat") - t_a ))" >>"$WORK/tracer"
+    echo "$1 $(( $(cpu_ticks "$TRACER") - t_a ))" >>"$WORK/tracer"
     kill -INT "$TRACER"
     # The empty programs' trace saw nothing, which tcpdoctor reports as such (exit 5).
     wait "$TRACER" || [ "$1" = empty ]

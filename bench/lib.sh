@@ -120,6 +120,9 @@ lab_server() {
         "$1/lab.json" "$2" "$3"
 }
 
+# cpu_ticks PID: the process's CPU time so far (user + system), in 1/100 s.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
 # trace_started PID ERRFILE: waits until `tcpdoctor inspect --trace` (PID, its
 # stderr in ERRFILE) says its window began ("tracing pid …"); exits the script
 # if it ended before, or said nothing within 10 s.
