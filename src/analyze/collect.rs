@@ -3,7 +3,7 @@
 
 use super::Options;
 use super::agg::{At, FileResult, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg, bounded_entry};
-use crate::detect::{Detectors, Exchange, Observation, Stall, Times};
+use crate::detect::{Detectors, Exchange, Observation, Observer, Stall, Times};
 use crate::record::{self, ExchangeTimes, Ladder, Mark, Row};
 use crate::tcp::table::Totals;
 use crate::tcp::{ConnInfo, Event, RoleSource, RolesDoubt, Side, Sink};
@@ -124,7 +124,7 @@ impl<'o> Collector<'o> {
         let at = self.at(st);
         match o {
             Observation::Stall(s) => self.stall(info, st, s),
-            Observation::Exchange(x) => self.exchange(info, st, x),
+            Observation::Exchange(x) => self.exchange(info, st, &x),
             Observation::Retransmission { from, spurious, frame, since_ns } => {
                 st.retrans += 1;
                 st.lost_ns = st.lost_ns.saturating_add(since_ns);
@@ -201,15 +201,15 @@ impl<'o> Collector<'o> {
         st.server_slot
     }
 
-    fn exchange(&mut self, info: &ConnInfo, st: &mut Acc, x: Exchange) {
+    fn exchange(&mut self, info: &ConnInfo, st: &mut Acc, x: &Exchange) {
         st.exchanges += 1;
         let times = x.times(info.rtt_to(Side::Client), info.rtt_to(Side::Server));
         let at = self.at(st);
         match self.server_slot(info, st) {
             Some(slot) => {
                 let s = &mut self.slots[slot].1;
-                s.add_exchange(at, &times, &x);
-                s.windows.add(&x, &times);
+                s.add_exchange(at, &times, x);
+                s.windows.add(x, &times);
             }
             None => self.r.dropped += 1,
         }
@@ -269,6 +269,28 @@ fn exchange_times(t: &Times) -> ExchangeTimes {
     }
 }
 
+/// One event's observations into the collector, exchanges by reference.
+struct To<'a, 'o> {
+    c: &'a mut Collector<'o>,
+    info: &'a ConnInfo,
+    st: &'a mut Acc,
+    /// A segment was held by Nagle (not released by a loss timer).
+    held: bool,
+}
+
+impl Observer for To<'_, '_> {
+    #[inline]
+    fn observe(&mut self, o: Observation) {
+        self.held |= matches!(o, Observation::Stall(s) if !s.timer);
+        self.c.observe(self.info, self.st, o);
+    }
+
+    #[inline]
+    fn exchange(&mut self, x: &Exchange) {
+        self.c.exchange(self.info, self.st, x);
+    }
+}
+
 impl Sink<ConnState> for Collector<'_> {
     #[inline]
     fn event(&mut self, info: &ConnInfo, state: &mut ConnState, ev: &Event, seg: &Segment<'_>) {
@@ -285,11 +307,9 @@ impl Sink<ConnState> for Collector<'_> {
                 st.flow = Some(Vec::new());
             }
         }
-        let mut held = false;
-        det.step(info, ev, seg, &mut |o| {
-            held |= matches!(o, Observation::Stall(s) if !s.timer);
-            self.observe(info, st, o);
-        });
+        let mut to = To { c: self, info, st, held: false };
+        det.step(info, ev, seg, &mut to);
+        let held = to.held;
         if let Some(frames) = det.take_confirmed_tickets() {
             confirm_tickets(st, frames);
         }

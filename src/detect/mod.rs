@@ -181,6 +181,27 @@ pub enum Observation {
     },
 }
 
+/// Receives what the detectors conclude. A closure taking [`Observation`]s
+/// is one; a receiver that only reads an exchange takes it by reference
+/// instead ([`Observer::exchange`]): copied into an `Observation` it was a
+/// 136-byte `memcpy` call every second packet.
+pub trait Observer {
+    /// Any observation.
+    fn observe(&mut self, o: Observation);
+    /// A completed exchange.
+    #[inline]
+    fn exchange(&mut self, x: &Exchange) {
+        self.observe(Observation::Exchange(*x));
+    }
+}
+
+impl<F: FnMut(Observation)> Observer for F {
+    #[inline]
+    fn observe(&mut self, o: Observation) {
+        self(o);
+    }
+}
+
 /// All detectors' state for one connection. In C order, the fields every
 /// packet reads or writes together (the layout Rust picks spread them over
 /// twice as many cache lines, and with many connections taking turns each
@@ -208,10 +229,10 @@ pub struct Detectors {
 
 impl Detectors {
     /// Runs every detector on one event and its segment.
-    pub fn step(&mut self, info: &ConnInfo, ev: &Event, seg: &Segment<'_>, out: &mut impl FnMut(Observation)) {
+    pub fn step(&mut self, info: &ConnInfo, ev: &Event, seg: &Segment<'_>, out: &mut impl Observer) {
         let payload = seg.payload;
         if let EventKind::Data { class: DataClass::Retransmission { since_ns, spurious, .. }, .. } = ev.kind {
-            out(Observation::Retransmission { from: ev.from, spurious, frame: ev.frame, since_ns });
+            out.observe(Observation::Retransmission { from: ev.from, spurious, frame: ev.frame, since_ns });
         }
         if !self.sniffed && ev.from == Side::Server && matches!(ev.kind, EventKind::Data { class: DataClass::New, .. })
         {
@@ -226,22 +247,22 @@ impl Detectors {
             if let Some(t) = &self.tls {
                 s.tls = t.hold(s.nagle.idx(), s.small_frame);
             }
-            out(Observation::Stall(*s));
+            out.observe(Observation::Stall(*s));
         }
         if let EventKind::Data { class: DataClass::New, .. } = ev.kind
             && let Some(o) = self.expect.step(info, ev, payload, !self.exchanges.in_request())
         {
-            out(o);
+            out.observe(o);
         }
         let rtt = [info.rtt_to(Side::Client), info.rtt_to(Side::Server)];
         if let Some(x) = self.exchanges.step(ev, stall.as_ref(), release, rtt, app) {
-            out(Observation::Exchange(*x));
+            out.exchange(x);
         }
         if let Some(o) = self.handshake.step(ev) {
-            out(o);
+            out.observe(o);
         }
         if let Some(o) = self.window.step(ev) {
-            out(o);
+            out.observe(o);
         }
     }
 
@@ -288,12 +309,12 @@ impl Detectors {
     }
 
     /// Flushes what is still open when the connection ends at `last_ts`.
-    pub fn finish(&mut self, last_ts: i64, out: &mut impl FnMut(Observation)) {
+    pub fn finish(&mut self, last_ts: i64, out: &mut impl Observer) {
         if let Some(x) = self.exchanges.finish() {
-            out(Observation::Exchange(x));
+            out.exchange(&x);
         }
         if let Some(o) = self.handshake.finish() {
-            out(o);
+            out.observe(o);
         }
         self.window.finish(last_ts, out);
     }

@@ -1,7 +1,7 @@
 //! Zero window: a receiver that stops reading closes its window and the
 //! sender must wait (probing) until it reopens.
 
-use super::Observation;
+use super::{Observation, Observer};
 use crate::tcp::{Event, EventKind, Side};
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -44,11 +44,15 @@ impl ZeroWindow {
     }
 
     /// A window still closed at the end counts up to the connection's last packet.
-    pub fn finish(&mut self, last_ts: i64, out: &mut impl FnMut(Observation)) {
+    pub fn finish(&mut self, last_ts: i64, out: &mut impl Observer) {
         for from in [Side::Client, Side::Server] {
             let i = from.idx();
             if let Some(c) = self.closed[i].take() {
-                out(Observation::ZeroWindow { from, duration_ns: last_ts - c.ts, frames: [c.frame, self.last[i].1] });
+                out.observe(Observation::ZeroWindow {
+                    from,
+                    duration_ns: last_ts - c.ts,
+                    frames: [c.frame, self.last[i].1],
+                });
             }
         }
     }

@@ -147,7 +147,10 @@ pub fn decode(
     }
     let len = l4_wire_len - hl;
     let payload = l4.get(hl..).unwrap_or(&[]);
-    let mut seg = Segment {
+    // Built where it is returned (a local moved out at the end was copied,
+    // and the tracker's reads of that copy stalled); the options are filled
+    // in afterwards, on SYNs only, for the same reason.
+    let mut out = Ok(Some(Segment {
         frame,
         ts_ns,
         src: Endpoint { ip: src, port: tcp.src_port() },
@@ -161,13 +164,13 @@ pub fn decode(
         tcp_options: tcp.option_bytes(),
         payload: &payload[..payload.len().min(len)],
         ip_id,
-    };
-    // Set afterwards, not chosen inside the literal: the choice built the
-    // options on the stack and copied them in, which stalled on every packet.
-    if seg.flags.syn() {
+    }));
+    if let Ok(Some(seg)) = &mut out
+        && seg.flags.syn()
+    {
         seg.options = tcp.options();
     }
-    Ok(Some(seg))
+    out
 }
 
 /// The IP packet's length on the wire. A zero length field (TSO/GSO frames
