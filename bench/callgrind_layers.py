@@ -19,8 +19,10 @@ n = int(sys.argv[2])
 L = ["read", "decode", "lookup", "state", "detectors", "folding", "other"]
 tot = dict.fromkeys(L, 0); total = 0
 def by_file(f, fn):
-    if "/src/" not in f: return None
-    p = f.split("/src/", 1)[1]
+    # Paths are absolute, or relative to the crate (fat LTO builds).
+    if "/src/" in f: p = f.split("/src/", 1)[1]
+    elif f.startswith("src/"): p = f[4:]
+    else: return None
     if p.startswith(("capture/walk", "capture/pcap", "capture/source", "analyze/walk", "analyze/mod", "analyze/shards", "capture/mod")): return "read"
     if p.startswith(("wire/", "capture/link")): return "decode"
     if p.startswith("tcp/table") and "Tracker" in fn and "segment" in fn: return "lookup"
