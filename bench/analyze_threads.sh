@@ -95,3 +95,8 @@ awk -v f="$F" -v t1="$T1" -v t2="$T2" -v t1c="$T1C" -v sc="$SC" -v n="$PACKETS" 
     printf "== ratios: threads-2 speed-up %.2fx (wall); threads 1 = %.2fx the floor, threads 2 = %.2fx the floor (wall)\n", t1 / t2, t1 / f, t2 / f
     printf "== per packet (CPU): mapped, 1 thread %.0f ns; stream %.0f ns (%.2fx)\n", t1c / n * 1e9, sc / n * 1e9, sc / t1c
 }'
+# The same ratios within each round (its runs seconds apart), then their
+# medians and spread: the floor itself moves by a third between rounds here.
+paste "$TMP/floor" "$TMP/threads1" "$TMP/threads2" | awk '{print $4 / $1, $4 / $7}' >"$TMP/paired"
+sort -g -k1 "$TMP/paired" | awk '{v[NR] = $1} END {printf "== per round: threads 1 = %.2fx the floor (median; %.2f-%.2f)", v[int((NR + 1) / 2)], v[1], v[NR]}'
+sort -g -k2 "$TMP/paired" | awk '{v[NR] = $2} END {printf "; threads-2 speed-up %.2fx (%.2f-%.2f)\n", v[int((NR + 1) / 2)], v[1], v[NR]}'

@@ -14,7 +14,7 @@ inlined into. When the compiler inlines `tcp::table::step` into
 lookup: compare lookup + state then.
 """
 import re, subprocess, sys
-out = subprocess.run(["callgrind_annotate", "--threshold=100", sys.argv[1]], capture_output=True, text=True).stdout
+out = subprocess.run(["callgrind_annotate", "--auto=no", "--threshold=100", sys.argv[1]], capture_output=True, text=True).stdout
 n = int(sys.argv[2])
 L = ["read", "decode", "lookup", "state", "detectors", "folding", "other"]
 tot = dict.fromkeys(L, 0); total = 0
