@@ -240,7 +240,14 @@ impl Detectors {
             self.sniffed = true;
             self.server_software = http::server_header(payload).map(str::to_string);
         }
-        let app = self.tls_step(ev, seg);
+        // Most segments of a cleartext connection: nothing for the TLS reader
+        // (it is not TLS, and this side's first payload was looked at already).
+        let cleartext = self.tls.is_none()
+            && match ev.kind {
+                EventKind::Data { class: DataClass::New, .. } => self.tls_checked[ev.from.idx()] || payload.is_empty(),
+                _ => true,
+            };
+        let app = cleartext || self.tls_step(ev, seg);
         let mut stall = self.nagle.step(info, ev, || seg.timestamps(), seg.ip_id);
         let release = self.nagle.release();
         if let Some(s) = &mut stall {
