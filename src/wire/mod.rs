@@ -147,9 +147,8 @@ pub fn decode(
     }
     let len = l4_wire_len - hl;
     let payload = l4.get(hl..).unwrap_or(&[]);
-    // Built where it is returned (a local moved out at the end was copied,
-    // and the tracker's reads of that copy stalled); the options are filled
-    // in afterwards, on SYNs only, for the same reason.
+    // The options are set afterwards, on SYNs only: chosen inside the literal,
+    // they were built on the stack and copied in, which stalled on every packet.
     let mut out = Ok(Some(Segment {
         frame,
         ts_ns,
