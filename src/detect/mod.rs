@@ -240,14 +240,7 @@ impl Detectors {
             self.sniffed = true;
             self.server_software = http::server_header(payload).map(str::to_string);
         }
-        // Most segments of a cleartext connection: nothing for the TLS reader
-        // (it is not TLS, and this side's first payload was looked at already).
-        let cleartext = self.tls.is_none()
-            && match ev.kind {
-                EventKind::Data { class: DataClass::New, .. } => self.tls_checked[ev.from.idx()] || payload.is_empty(),
-                _ => true,
-            };
-        let app = cleartext || self.tls_step(ev, seg);
+        let app = self.tls_step(ev, seg);
         let mut stall = self.nagle.step(info, ev, || seg.timestamps(), seg.ip_id);
         let release = self.nagle.release();
         if let Some(s) = &mut stall {
@@ -274,8 +267,10 @@ impl Detectors {
     }
 
     /// Reads a new data segment's TLS records, once the connection looks like
-    /// TLS; says whether the segment carries application data (always, when not TLS).
-    #[inline]
+    /// TLS; says whether the segment carries application data (always, when not
+    /// TLS). The checks that settle most segments of a cleartext connection are
+    /// inlined; the reading is not (its call cost ~17 instructions a packet).
+    #[inline(always)]
     fn tls_step(&mut self, ev: &Event, seg: &Segment<'_>) -> bool {
         let EventKind::Data { seq, len, class: DataClass::New } = ev.kind else {
             // Only ever set on a TLS connection: elsewhere the store would touch a line for nothing.
@@ -285,19 +280,26 @@ impl Detectors {
             return true;
         };
         let side = ev.from.idx();
+        if self.tls.is_none() && (self.tls_checked[side] || seg.payload.is_empty()) {
+            return true;
+        }
+        self.tls_read(side, ev, seq, len, seg.payload)
+    }
+
+    /// [`Detectors::tls_step`] for a new data segment that may be TLS: a
+    /// side's first payload, or any on a TLS connection.
+    #[inline(never)]
+    fn tls_read(&mut self, side: usize, ev: &Event, seq: i64, len: u32, payload: &[u8]) -> bool {
         if self.tls.is_none() {
-            if self.tls_checked[side] || seg.payload.is_empty() {
-                return true;
-            }
             self.tls_checked[side] = true;
-            if crate::wire::tls::RecordHeader::parse(seg.payload).is_none() {
+            if crate::wire::tls::RecordHeader::parse(payload).is_none() {
                 return true;
             }
             self.tls = Some(Box::default());
             self.exchanges.undoable();
         }
         let Some(t) = self.tls.as_mut() else { return true };
-        let s = t.segment(side, ev.frame, seq, len, seg.payload, ev.ack);
+        let s = t.segment(side, ev.frame, seq, len, payload, ev.ack);
         if t.take_unstart() {
             self.exchanges.unstart_response();
         }
