@@ -55,7 +55,9 @@ pub(crate) struct Detection {
     pub kinds: Vec<Kind>,
     /// Finished responses, all kinds.
     pub responses: u64,
-    /// Responses still being written (or not followed by a read) when the trace ended.
+    /// Responses still being written (or not followed by a read) when the trace
+    /// ended. (Writes on a socket before its first read in the window are no
+    /// response at all: the response may have begun before the trace.)
     pub unfinished: u64,
     /// Responses on Nagle sockets.
     pub nagle_responses: u64,
@@ -117,11 +119,17 @@ pub(crate) fn detect(events: &[Event], socks: &[Sock]) -> Detection {
     // Finished responses on a socket whose next request's data is not read yet.
     let mut awaiting: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     let mut resps: Vec<Response> = Vec::new();
+    // Sockets whose writes can start a response: accepted in the window, or
+    // read from in it. On any other, the first writes seen may be the end of a
+    // response begun before the trace attached (one piece of two looks single).
+    let mut known: HashSet<u32> =
+        socks.iter().enumerate().filter(|(_, k)| k.accepted_in_window).map(|(s, _)| s as u32).collect();
     for (i, e) in events.iter().enumerate() {
         let Some(s) = e.sock else { continue };
         match e.dir {
-            Dir::Write if e.ret > 0 => open.entry(s).or_default().push(i),
+            Dir::Write if e.ret > 0 && known.contains(&s) => open.entry(s).or_default().push(i),
             Dir::Read => {
+                known.insert(s);
                 if let Some(writes) = open.remove(&s).filter(|w| !w.is_empty()) {
                     let n = done_on.entry(s).or_insert(0);
                     let first = *n == 0 && socks.get(s as usize).is_some_and(|k| k.accepted_in_window);
@@ -257,6 +265,11 @@ mod tests {
     struct B(Vec<Event>);
 
     impl B {
+        /// Starting with a request read on socket 0 (the writes that follow
+        /// can then start a response: see [`detect`]).
+        fn new() -> B {
+            B(Vec::new()).r(-1.0, 0.01, 78)
+        }
         fn ev(mut self, t: f64, dur: f64, call: Call, sock: Option<u32>, ret: i64, nagle: Nagle) -> B {
             let t_ns = (t * MS as f64) as u64;
             self.0.push(Event {
@@ -341,18 +354,14 @@ mod tests {
             assert_eq!(d.example.unwrap().nagle, nagle);
         }
         // One corked piece makes the whole response corked (MSG_MORE on the header).
-        let ev = B(Vec::new())
-            .w(0.0, Call::Sendto, 100, Nagle::Corked)
-            .w(0.1, Call::Sendto, 100, Nagle::On)
-            .r(0.2, 1.0, 50)
-            .0;
+        let ev =
+            B::new().w(0.0, Call::Sendto, 100, Nagle::Corked).w(0.1, Call::Sendto, 100, Nagle::On).r(0.2, 1.0, 50).0;
         assert_eq!(detect(&ev, &[sock(false)]).kinds[0].nagle, Some(Nagle::Corked));
     }
 
     #[test]
     fn full_segments_are_not_small_pieces() {
-        let ev =
-            B(Vec::new()).w(0.0, Call::Write, 200, Nagle::On).w(0.1, Call::Write, 64_000, Nagle::On).r(0.2, 1.0, 50).0;
+        let ev = B::new().w(0.0, Call::Write, 200, Nagle::On).w(0.1, Call::Write, 64_000, Nagle::On).r(0.2, 1.0, 50).0;
         let d = detect(&ev, &[sock(false)]);
         assert_eq!((d.nagle_in_pieces, d.write_write_read), (1, 0));
         // Without tcp_info's MSS, 1448 is assumed, and counted.
@@ -371,7 +380,7 @@ mod tests {
         let d = detect(&ev, &[sock(true)]);
         assert_eq!((d.responses, d.write_write_read, d.first_responses), (3, 2, 1));
         // The trace ends between the writes and the next read.
-        let ev = B(Vec::new()).w(0.0, Call::Write, 200, Nagle::On).w(0.1, Call::Write, 200, Nagle::On).0;
+        let ev = B::new().w(0.0, Call::Write, 200, Nagle::On).w(0.1, Call::Write, 200, Nagle::On).0;
         let d = detect(&ev, &[sock(false)]);
         assert_eq!((d.responses, d.unfinished, d.write_write_read), (0, 1, 0));
         assert!(d.example.is_none());
@@ -381,7 +390,8 @@ mod tests {
     fn failed_writes_and_other_sockets_do_not_join_a_response() {
         let mut two = vec![sock(false), sock(false)];
         two[1].fd = 8;
-        let ev = B(Vec::new())
+        let ev = B::new()
+            .ev(-0.5, 0.01, Call::Read, Some(1), 60, Nagle::Unknown)
             .w(0.0, Call::Write, 200, Nagle::On)
             .w(0.1, Call::Write, -libc::EAGAIN as i64, Nagle::On)
             .ev(0.2, 0.01, Call::Write, Some(1), 300, Nagle::On)
@@ -399,7 +409,7 @@ mod tests {
         let d = detect(&[], &[]);
         assert_eq!(d, Detection::default());
         // Waits alone, and events on a socket index with no table entry: no panic.
-        let ev = B(Vec::new()).wait(0.0, 1.0).w(1.0, Call::Write, 10, Nagle::On).w(2.0, Call::Write, 10, Nagle::On);
+        let ev = B::new().wait(0.0, 1.0).w(1.0, Call::Write, 10, Nagle::On).w(2.0, Call::Write, 10, Nagle::On);
         let ev = ev.r(3.0, 1.0, 5).0;
         let d = detect(&ev, &[]);
         assert_eq!((d.write_write_read, d.mss_defaulted), (1, 1));
@@ -408,13 +418,27 @@ mod tests {
 
     #[test]
     fn long_examples_keep_their_start_and_end() {
-        let mut b = B(Vec::new()).w(0.0, Call::Write, 10, Nagle::On).w(0.1, Call::Write, 10, Nagle::On);
+        let mut b = B::new().w(0.0, Call::Write, 10, Nagle::On).w(0.1, Call::Write, 10, Nagle::On);
         for k in 0..30 {
             b = b.wait(0.2 + f64::from(k) * 0.1, 0.05);
         }
         let ev = b.r(5.0, 0.1, 20).0;
         let ex = detect(&ev, &[sock(false)]).example.unwrap();
         assert_eq!((ex.events.len(), ex.elided), (EXAMPLE_LINES, 21));
-        assert_eq!((ex.events[0], *ex.events.last().unwrap()), (0, ev.len() - 1));
+        // The first write follows the request's read (event 0).
+        assert_eq!((ex.events[0], *ex.events.last().unwrap()), (1, ev.len() - 1));
+    }
+
+    #[test]
+    fn writes_before_a_sockets_first_read_in_the_window_are_no_response() {
+        // Attached between a response's two pieces: the second looks like a
+        // response of one write, and would be counted as single.
+        let ev = B(Vec::new()).w(0.0, Call::Sendto, 300, Nagle::On).r(44.0, 0.01, 78);
+        let ev = ev.w(44.1, Call::Sendto, 100, Nagle::On).w(44.2, Call::Sendto, 300, Nagle::On).r(88.0, 0.01, 78).0;
+        let d = detect(&ev, &[sock(false)]);
+        assert_eq!((d.responses, d.kinds[0].single, d.kinds[0].in_pieces, d.write_write_read), (1, 0, 1, 1));
+        // A connection accepted in the window has no response begun before it.
+        let d = detect(&ev, &[sock(true)]);
+        assert_eq!((d.responses, d.kinds[0].single), (2, 1));
     }
 }
