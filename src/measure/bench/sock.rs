@@ -21,34 +21,9 @@ pub struct Addr {
 impl Addr {
     /// Converts a std address.
     pub fn new(a: SocketAddr) -> Addr {
-        // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let (len, family) = match a {
-            SocketAddr::V4(v4) => {
-                let sin = libc::sockaddr_in {
-                    sin_family: libc::AF_INET as libc::sa_family_t,
-                    sin_port: v4.port().to_be(),
-                    sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) },
-                    sin_zero: [0; 8],
-                };
-                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-                unsafe { std::ptr::write(std::ptr::addr_of_mut!(storage).cast(), sin) };
-                (std::mem::size_of::<libc::sockaddr_in>(), libc::AF_INET)
-            }
-            SocketAddr::V6(v6) => {
-                let sin6 = libc::sockaddr_in6 {
-                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                    sin6_port: v6.port().to_be(),
-                    sin6_flowinfo: v6.flowinfo(),
-                    sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
-                    sin6_scope_id: v6.scope_id(),
-                };
-                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-                unsafe { std::ptr::write(std::ptr::addr_of_mut!(storage).cast(), sin6) };
-                (std::mem::size_of::<libc::sockaddr_in6>(), libc::AF_INET6)
-            }
-        };
-        Addr { storage, len: len as libc::socklen_t, family }
+        let (storage, len) = crate::measure::raw::to_sockaddr(a);
+        let family = if a.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+        Addr { storage, len, family }
     }
 }
 

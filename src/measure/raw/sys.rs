@@ -33,7 +33,8 @@ pub(super) fn getsockopt<T: Copy>(fd: RawFd, level: libc::c_int, name: libc::c_i
     Ok(len as usize)
 }
 
-pub(super) fn to_sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+/// `a` in the kernel's layout, and its length.
+pub(crate) fn to_sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
     let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
     let len = match a {
@@ -52,7 +53,7 @@ pub(super) fn to_sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::sockl
             let sin6 = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
-                sin6_flowinfo: 0,
+                sin6_flowinfo: a.flowinfo(),
                 sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
                 sin6_scope_id: a.scope_id(),
             };
