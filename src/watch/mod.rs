@@ -6,12 +6,14 @@
 //! ring in [`run`], or a synthetic replay in `examples/watch_churn.rs`); its
 //! memory is bounded by [`Options`] whatever passes.
 
+mod finding;
 mod http;
 pub mod metrics;
 pub mod owners;
 mod process;
 pub mod render;
 mod sink;
+mod slots;
 
 pub use crate::record::watch::{Finding, Kind, Owner};
 pub use http::MetricsServer;
@@ -122,12 +124,12 @@ impl Watch {
 
     /// Connections folded into `other` so far.
     pub fn folded(&self) -> u64 {
-        self.sink.folded
+        self.sink.folded()
     }
 
     /// Endpoint slots given to a new endpoint so far.
     pub fn recycled(&self) -> u64 {
-        self.sink.recycled
+        self.sink.recycled()
     }
 
     /// Server endpoints counted by name.
@@ -151,7 +153,7 @@ impl Watch {
         self.publish();
         let findings = self.findings();
         let rows = self.sink.totals();
-        let (evicted, folded, recycled) = (self.tracker.evicted(), self.sink.folded, self.sink.recycled);
+        let (evicted, folded, recycled) = (self.tracker.evicted(), self.sink.folded(), self.sink.recycled());
         Final { findings, rows, verdict: self.sink.verdict(), evicted, folded, recycled }
     }
 }

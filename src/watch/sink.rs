@@ -11,16 +11,16 @@
 //! kind and role (the rest are counted); the verdict aggregates are kept for
 //! named endpoints only.
 
-use super::metrics::{Metrics, SlotMetrics};
+use super::finding::finding;
+use super::metrics::Metrics;
+use super::slots::Slots;
 use crate::analyze::{ARRIVAL, FileResult, RTO_NS};
-use crate::detect::{Detectors, Observation};
+use crate::detect::{Detectors, Exchange, Observation, Observer};
 use crate::dist::Dist;
 use crate::record::watch::{Finding, Kind};
 use crate::tcp::table::Totals;
 use crate::tcp::{ConnInfo, Event, Side, Sink};
 use crate::wire::{Endpoint, Segment};
-use crate::words::dur;
-use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,22 +75,6 @@ impl Counts {
     }
 }
 
-/// One server endpoint (or `other`).
-struct Slot {
-    label: String,
-    /// `None` for the `other` slot.
-    ep: Option<Endpoint>,
-    win: Counts,
-    all: Counts,
-    /// Lines printed this interval, by kind and role.
-    printed: [[u32; 2]; 4],
-    m: Option<SlotMetrics>,
-    /// Last packet of a connection to it, ns.
-    last_ns: i64,
-    /// Tracked connections that point at this slot: it is not recycled under them.
-    live: u32,
-}
-
 /// One row of a summary.
 #[derive(Clone, Debug)]
 pub struct Row {
@@ -105,102 +89,41 @@ pub struct Row {
 /// The watch sink. Feed it through a [`crate::tcp::Tracker`].
 pub struct WatchSink {
     limits: Limits,
-    slots: Vec<Slot>,
-    slot_of: FxHashMap<Endpoint, u32>,
-    /// Connections whose server went to the `other` slot because the table was full.
-    pub folded: u64,
-    /// Slots given to a new endpoint after their endpoint fell silent.
-    pub recycled: u64,
-    /// Packet time before which no slot can be recycled (saves a scan per folded connection).
-    recycle_check_ns: i64,
-    endpoint_idle_ns: i64,
+    slots: Slots,
     pending: VecDeque<Finding>,
     /// What `analyze`'s verdict is built from, for named endpoints.
     agg: FileResult,
-    metrics: Option<Arc<Metrics>>,
 }
-
-/// Index of the `other` slot.
-const OTHER: u32 = 0;
 
 impl WatchSink {
     /// A sink with these bounds, updating `metrics` if given.
     pub fn new(limits: Limits, metrics: Option<Arc<Metrics>>) -> WatchSink {
-        let mut s = WatchSink {
-            limits: Limits { max_endpoints: limits.max_endpoints.max(1), ..limits },
-            slots: Vec::new(),
-            slot_of: FxHashMap::default(),
-            folded: 0,
-            recycled: 0,
-            recycle_check_ns: i64::MIN,
-            endpoint_idle_ns: i64::try_from(limits.endpoint_idle.as_nanos()).unwrap_or(i64::MAX),
+        let idle_ns = i64::try_from(limits.endpoint_idle.as_nanos()).unwrap_or(i64::MAX);
+        WatchSink {
+            limits,
+            slots: Slots::new(limits.max_endpoints, idle_ns, metrics),
             pending: VecDeque::new(),
             agg: FileResult::default(),
-            metrics,
-        };
-        let other = s.new_slot(None, 0);
-        s.slots.push(other);
-        s
+        }
     }
 
-    /// A slot whose metric series start at 0, so the first stalls are a visible step.
-    fn new_slot(&self, ep: Option<Endpoint>, now_ns: i64) -> Slot {
-        let label = ep.map_or_else(|| "other".to_string(), |e| e.to_string());
-        let m = self.metrics.as_ref().map(|m| m.slot(&label));
-        let (win, all) = (Counts::default(), Counts::default());
-        Slot { label, ep, win, all, printed: [[0; 2]; 4], m, last_ns: now_ns, live: 0 }
+    /// Connections whose server went to the `other` slot because the table was full.
+    pub fn folded(&self) -> u64 {
+        self.slots.folded
     }
 
+    /// Slots given to a new endpoint after their endpoint fell silent.
+    pub fn recycled(&self) -> u64 {
+        self.slots.recycled
+    }
+
+    /// The slot of `server`; a recycled slot's old endpoint leaves the verdict's aggregates.
     fn slot_for(&mut self, server: Endpoint, now_ns: i64) -> u32 {
-        if let Some(&i) = self.slot_of.get(&server) {
-            return i;
-        }
-        let i = if self.slot_of.len() < self.limits.max_endpoints {
-            self.slots.push(self.new_slot(Some(server), now_ns));
-            self.slots.len() - 1
-        } else if let Some(i) = self.silent_slot(now_ns) {
-            self.recycle(i, server, now_ns);
-            i
-        } else {
-            self.folded += 1;
-            if let Some(m) = &self.metrics {
-                m.folded.inc();
-            }
-            return OTHER;
-        };
-        self.slot_of.insert(server, i as u32);
-        i as u32
-    }
-
-    /// The named slot silent longest, if silent for `endpoint_idle` with no tracked connection.
-    fn silent_slot(&mut self, now_ns: i64) -> Option<usize> {
-        if now_ns < self.recycle_check_ns {
-            return None;
-        }
-        let oldest = self.slots.iter().enumerate().skip(1).filter(|(_, s)| s.live == 0).min_by_key(|(_, s)| s.last_ns);
-        let free_at = oldest.map_or(i64::MAX, |(_, s)| s.last_ns.saturating_add(self.endpoint_idle_ns));
-        if free_at <= now_ns {
-            return oldest.map(|(i, _)| i);
-        }
-        // A slot whose last connection ends later can qualify sooner: look again within a second.
-        self.recycle_check_ns = free_at.min(now_ns.saturating_add(1_000_000_000));
-        None
-    }
-
-    /// Gives slot `i` to `server`: the old endpoint's counts, verdict
-    /// aggregates and metric series go (Prometheus has kept its history).
-    fn recycle(&mut self, i: usize, server: Endpoint, now_ns: i64) {
-        let fresh = self.new_slot(Some(server), now_ns);
-        let slot = std::mem::replace(&mut self.slots[i], fresh);
-        if let Some(old) = slot.ep {
-            self.slot_of.remove(&old);
+        let (i, gone) = self.slots.slot_for(server, now_ns);
+        if let Some(old) = gone {
             self.agg.forget_server(old);
         }
-        self.recycled += 1;
-        if let Some(m) = &self.metrics {
-            m.remove_endpoint(&slot.label);
-            m.recycled.inc();
-        }
+        i
     }
 
     /// Findings printed since the last call, oldest first.
@@ -210,13 +133,13 @@ impl WatchSink {
 
     /// Server endpoints tracked by name (not counting `other`).
     pub fn endpoints(&self) -> usize {
-        self.slot_of.len()
+        self.slots.named()
     }
 
     /// The interval's rows (active endpoints only, `other` last), and starts a new interval.
     pub fn interval(&mut self) -> Vec<Row> {
         let mut rows = Vec::new();
-        for s in &mut self.slots {
+        for s in &mut self.slots.list {
             let c = std::mem::take(&mut s.win);
             s.printed = [[0; 2]; 4];
             if c.active() || c.suppressed > 0 {
@@ -232,6 +155,7 @@ impl WatchSink {
     pub fn totals(&self) -> Vec<Row> {
         let mut rows: Vec<Row> = self
             .slots
+            .list
             .iter()
             .filter(|s| s.all.active())
             .map(|s| Row { server: s.label.clone(), software: None, counts: s.all.clone() })
@@ -243,7 +167,7 @@ impl WatchSink {
 
     fn name_software(&self, rows: &mut [Row]) {
         for r in rows {
-            let ep = self.slots.iter().find(|s| s.label == r.server).and_then(|s| s.ep);
+            let ep = self.slots.list.iter().find(|s| s.label == r.server).and_then(|s| s.ep);
             r.software = ep.and_then(|e| self.agg.servers.get(&e)).and_then(|a| a.software.clone());
         }
     }
@@ -254,26 +178,29 @@ impl WatchSink {
         r.findings.iter().map(|f| f.summary().to_string()).collect()
     }
 
+    /// A completed exchange: counted, timed, and added to the verdict's aggregates.
+    fn exchange(&mut self, info: &ConnInfo, slot: u32, x: &Exchange) {
+        let t = x.times(info.rtt_to(Side::Client), info.rtt_to(Side::Server));
+        let s = &mut self.slots.list[slot as usize];
+        for c in [&mut s.win, &mut s.all] {
+            c.exchanges += 1;
+            c.latency.record(t.total);
+        }
+        if let Some(m) = &s.m {
+            m.latency.observe(t.total.max(0) as f64 / 1e9);
+        }
+        if s.ep.is_some() {
+            let s = self.agg.servers.entry(info.server).or_default();
+            s.add_exchange(ARRIVAL, &t, x);
+            s.rtt.record(t.network);
+        }
+    }
+
+    /// Anything else the detectors observed: counted, and a line unless over the rate limit.
     fn observe(&mut self, info: &ConnInfo, c: &mut (u32, u32), slot: u32, o: Observation) {
-        let named = self.slots[slot as usize].ep.is_some();
+        let named = self.slots.list[slot as usize].ep.is_some();
         let (kind, from, ns) = match o {
-            Observation::Exchange(x) => {
-                let t = x.times(info.rtt_to(Side::Client), info.rtt_to(Side::Server));
-                let s = &mut self.slots[slot as usize];
-                for c in [&mut s.win, &mut s.all] {
-                    c.exchanges += 1;
-                    c.latency.record(t.total);
-                }
-                if let Some(m) = &s.m {
-                    m.latency.observe(t.total.max(0) as f64 / 1e9);
-                }
-                if named {
-                    let s = self.agg.servers.entry(info.server).or_default();
-                    s.add_exchange(ARRIVAL, &t, &x);
-                    s.rtt.record(t.network);
-                }
-                return;
-            }
+            Observation::Exchange(x) => return self.exchange(info, slot, &x),
             // analyze only: a request's head and body are not live lines yet.
             Observation::ExpectWait { .. } => return,
             Observation::Stall(s) => {
@@ -313,7 +240,7 @@ impl WatchSink {
             }
         };
         let ns = ns.max(0);
-        let s = &mut self.slots[slot as usize];
+        let s = &mut self.slots.list[slot as usize];
         for c in [&mut s.win, &mut s.all] {
             c.found[kind.idx()] += 1;
             c.lost_ns = c.lost_ns.saturating_add(ns);
@@ -333,6 +260,26 @@ impl WatchSink {
     }
 }
 
+/// Where the detectors' observations on one connection go: exchanges by
+/// reference (see [`Observer`]), with the connection's counts of re-sends
+/// and server stalls.
+struct To<'a> {
+    sink: &'a mut WatchSink,
+    info: &'a ConnInfo,
+    counts: (u32, u32),
+    slot: u32,
+}
+
+impl Observer for To<'_> {
+    fn observe(&mut self, o: Observation) {
+        self.sink.observe(self.info, &mut self.counts, self.slot, o);
+    }
+
+    fn exchange(&mut self, x: &Exchange) {
+        self.sink.exchange(self.info, self.slot, x);
+    }
+}
+
 /// Busiest first, `other` last.
 fn order(rows: &mut [Row]) {
     rows.sort_by(|a, b| {
@@ -342,82 +289,6 @@ fn order(rows: &mut [Row]) {
             .then(b.counts.exchanges.cmp(&a.counts.exchanges))
             .then(a.server.cmp(&b.server))
     });
-}
-
-/// The finding's sentence: who did what, for how long.
-fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Observation) -> Finding {
-    let (client, server) = (info.client.to_string(), info.server.to_string());
-    let who = |side: Side| match side {
-        Side::Server => format!("the server {server}"),
-        Side::Client => format!("the client {client}"),
-    };
-    let mut ack_delay_ms = None;
-    let mut ack_timer = None;
-    let summary = match o {
-        Observation::Stall(s) if s.timer => {
-            let what = if s.nagle == Side::Server { "a response" } else { "a request" };
-            format!(
-                "Nagle + loss: {} held part of {what} {} until its loss timer sent it (the ACK from the {} {} was lost); fix: TCP_NODELAY on {}",
-                who(s.nagle),
-                dur(ns),
-                s.nagle.other().name(),
-                info.endpoint(s.nagle.other()).ip,
-                info.endpoint(s.nagle),
-            )
-        }
-        Observation::Stall(s) => {
-            let what = if s.nagle == Side::Server { "a response" } else { "a request" };
-            let timer = crate::analyze::verdict::ack_timer(crate::record::ms(s.ack_delay_ns));
-            let peer = info.endpoint(s.nagle.other()).ip;
-            let text = format!(
-                "Nagle + delayed ACK: {} held part of {what} {} until the {} {peer} sent a delayed ACK ({timer}); fix: TCP_NODELAY on {}",
-                who(s.nagle),
-                dur(ns),
-                s.nagle.other().name(),
-                info.endpoint(s.nagle),
-            );
-            ack_delay_ms = Some(crate::record::ms(s.ack_delay_ns));
-            ack_timer = Some(timer);
-            text
-        }
-        Observation::Retransmission { .. } => format!(
-            "Retransmission timeout: {} re-sent bytes {} after the first copy (to the {} {}); loss, not Nagle",
-            who(from),
-            dur(ns),
-            from.other().name(),
-            info.endpoint(from.other()),
-        ),
-        Observation::SynRetry { retries, answered, .. } => {
-            let what = if from == Side::Client { "SYN" } else { "SYN-ACK" };
-            let end = if answered { "connecting took" } else { "never answered, given up after" };
-            format!(
-                "Slow connect: {} sent its {what} {} times ({client} → {server}); {end} {} (the 1 s SYN timer: a dropped SYN, full accept queue or firewall)",
-                who(from),
-                retries + 1,
-                dur(ns)
-            )
-        }
-        Observation::ZeroWindow { .. } => format!(
-            "Zero window: {} closed its receive window for {}; the {} had to wait (the {} application is not reading fast enough)",
-            who(from),
-            dur(ns),
-            from.other().name(),
-            from.name(),
-        ),
-        Observation::Exchange(_) | Observation::ExpectWait { .. } => String::new(),
-    };
-    Finding {
-        ts_ns: 0,
-        kind,
-        server,
-        client,
-        role: from.name(),
-        ms: crate::record::ms(ns),
-        ack_delay_ms,
-        ack_timer,
-        summary,
-        owner: None,
-    }
 }
 
 /// Boxed, so the tracker's table holds a pointer per connection, not the
@@ -435,22 +306,22 @@ impl Sink<Box<ConnState>> for WatchSink {
             Some(s) => s,
             None => {
                 let s = self.slot_for(info.server, ev.ts_ns);
-                self.slots[s as usize].live += 1;
+                self.slots.list[s as usize].live += 1;
                 *st.slot.insert(s)
             }
         };
-        let last = &mut self.slots[slot as usize].last_ns;
+        let last = &mut self.slots.list[slot as usize].last_ns;
         *last = (*last).max(ev.ts_ns);
         let ConnState { det, retrans, server_stalls, .. } = &mut **st;
-        let mut c = (*retrans, *server_stalls);
         let start = self.pending.len();
-        det.step(info, ev, seg, &mut |o| self.observe(info, &mut c, slot, o));
-        (*retrans, *server_stalls) = c;
+        let mut to = To { sink: self, info, counts: (*retrans, *server_stalls), slot };
+        det.step(info, ev, seg, &mut to);
+        (*retrans, *server_stalls) = to.counts;
         for f in self.pending.range_mut(start..) {
             f.ts_ns = ev.ts_ns;
         }
         if let Some(sw) = det.server_software.take()
-            && let Some(ep) = self.slots[slot as usize].ep
+            && let Some(ep) = self.slots.list[slot as usize].ep
         {
             let a = self.agg.servers.entry(ep).or_default();
             if a.software.is_none() {
@@ -462,7 +333,7 @@ impl Sink<Box<ConnState>> for WatchSink {
     /// The connection's first data swapped its roles: its slot was its client's.
     fn swapped(&mut self, _info: &ConnInfo, st: &mut Box<ConnState>) {
         if let Some(s) = st.slot {
-            let live = &mut self.slots[s as usize].live;
+            let live = &mut self.slots.list[s as usize].live;
             *live = live.saturating_sub(1);
         }
         **st = ConnState::default();
@@ -471,16 +342,17 @@ impl Sink<Box<ConnState>> for WatchSink {
     fn close(&mut self, info: &ConnInfo, mut st: Box<ConnState>, totals: &Totals) {
         let slot = match st.slot {
             Some(s) => {
-                let live = &mut self.slots[s as usize].live;
+                let live = &mut self.slots.list[s as usize].live;
                 *live = live.saturating_sub(1);
                 s
             }
             None if info.roles_open => return, // saw nothing (see `event`)
             None => self.slot_for(info.server, totals.last_ts),
         };
-        let mut c = (st.retrans, st.server_stalls);
         let start = self.pending.len();
-        st.det.finish(totals.last_ts, &mut |o| self.observe(info, &mut c, slot, o));
+        let mut to = To { sink: self, info, counts: (st.retrans, st.server_stalls), slot };
+        st.det.finish(totals.last_ts, &mut to);
+        let c = to.counts;
         for f in self.pending.range_mut(start..) {
             f.ts_ns = totals.last_ts;
         }
@@ -609,7 +481,7 @@ mod tests {
         for port in [8080, 8081, 8082, 8083, 8080] {
             feed(&mut sink, &server(port), &stalling(1, 0));
         }
-        assert_eq!((sink.endpoints(), sink.folded), (2, 2));
+        assert_eq!((sink.endpoints(), sink.folded()), (2, 2));
         let rows = sink.interval();
         let names: Vec<&str> = rows.iter().map(|r| r.server.as_str()).collect();
         assert_eq!(names, ["127.0.0.1:8080", "127.0.0.1:8081", "other"]);
@@ -631,10 +503,10 @@ mod tests {
         feed(&mut sink, &server(8080), &stalling(1, 0));
         feed(&mut sink, &server(8081), &stalling(1, 0));
         feed(&mut sink, &server(8082), &stalling(1, 5 * MIN));
-        assert_eq!((sink.folded, sink.recycled), (1, 0), "nobody silent 10 min yet: other");
+        assert_eq!((sink.folded(), sink.recycled()), (1, 0), "nobody silent 10 min yet: other");
         feed(&mut sink, &server(8081), &stalling(1, 9 * MIN));
         feed(&mut sink, &server(8083), &stalling(2, 11 * MIN));
-        assert_eq!((sink.endpoints(), sink.folded, sink.recycled), (2, 1, 1), "8080, silent 11 min, gave its slot");
+        assert_eq!((sink.endpoints(), sink.folded(), sink.recycled()), (2, 1, 1), "8080, silent 11 min, gave its slot");
         let text = m.encode();
         let line = |l: &str| text.lines().any(|x| x == l);
         assert!(!text.contains("127.0.0.1:8080"), "the recycled endpoint's series are removed:\n{text}");
@@ -656,10 +528,10 @@ mod tests {
         let held = stalling(1, 0);
         let st = start(&mut sink, &server(8080), &held);
         feed(&mut sink, &server(8081), &stalling(1, 2 * MIN));
-        assert_eq!((sink.folded, sink.recycled), (1, 0), "8080 is silent 2 min but its connection is tracked");
+        assert_eq!((sink.folded(), sink.recycled()), (1, 0), "8080 is silent 2 min but its connection is tracked");
         end(&mut sink, &server(8080), st, &held);
         feed(&mut sink, &server(8082), &stalling(1, 2 * MIN + 2_000 * MS));
-        assert_eq!((sink.folded, sink.recycled), (1, 1), "free once the connection is finished");
+        assert_eq!((sink.folded(), sink.recycled()), (1, 1), "free once the connection is finished");
         assert_eq!(names(&sink.totals()), ["127.0.0.1:8082", "other"]);
     }
 
