@@ -1,21 +1,24 @@
 //! `inspect`: a live process's TCP sockets and why they may stall.
 //!
 //! For one process (and the workers that share its listening sockets) it
-//! lists every TCP socket with TCP_NODELAY/TCP_CORK/TCP_QUICKACK (read on a
-//! duplicate from `pidfd_getfd`, [`sockopt`]), `tcp_info` from sock_diag
-//! ([`diag`]) and the delayed-ACK state from /proc/net/tcp ([`procfs`]); it
-//! names the server software and its own knob ([`software`], [`nginx`]), and
-//! watches the host's delayed-ACK counters for a window ([`host`]).
-//! Nothing about the process is changed. With `--trace` it also records the
-//! process's reads and writes on TCP sockets with ptrace for that window and
-//! finds write-write-read ([`trace`]), slowing the process meanwhile.
+//! lists every TCP socket ([`sockets`]) with TCP_NODELAY/TCP_CORK/TCP_QUICKACK
+//! (read on a duplicate from `pidfd_getfd`, [`sockopt`]), `tcp_info` from
+//! sock_diag ([`diag`]) and the delayed-ACK state from /proc/net/tcp
+//! ([`procfs`]); it names the server software and its own knob ([`software`],
+//! [`nginx`], [`advice`]), and watches the host's delayed-ACK counters for a
+//! window ([`host`]). Nothing about the process is changed. With `--trace` it
+//! also records the process's reads and writes on TCP sockets for that window
+//! (eBPF where it loads, else ptrace, which slows the process meanwhile) and
+//! finds write-write-read ([`trace`]).
 
+mod advice;
 pub(crate) mod bounded;
 mod diag;
 pub(crate) mod host;
 mod nginx;
 pub(crate) mod procfs;
 mod run_as;
+mod sockets;
 pub(crate) mod sockopt;
 mod software;
 mod trace;
@@ -23,7 +26,9 @@ mod trace;
 pub use trace::MAX_DURATION as MAX_TRACE;
 pub use trace::Method as TraceMethod;
 
-use crate::record::inspect::{Host, InspectReport, Process, Socket, Software, Summary};
+use crate::record::inspect::{Host, InspectReport, Process, Socket, Summary};
+use advice::advice;
+use sockets::{Held, read_sockets};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::io;
@@ -179,13 +184,6 @@ pub fn find_listener(port: u16) -> Result<Option<u32>, InspectError> {
     }
     let root = holders.iter().copied().find(|&p| procfs::ppid(p).is_none_or(|pp| !holders.contains(&pp)));
     Ok(root.or(holders.first().copied()))
-}
-
-/// One socket found in a process's descriptors.
-struct Held {
-    pid: u32,
-    fd: i32,
-    inode: u64,
 }
 
 /// Inspects process `pid` (a thread id means its process): sockets, software,
@@ -423,90 +421,6 @@ fn trace_process(
     })
 }
 
-/// The sockets with their options; sockets closed since they were listed are dropped.
-fn read_sockets(
-    held: &[Held],
-    by_inode: &HashMap<u64, &procfs::TcpEntry>,
-    listen_ports: &HashSet<u16>,
-    main: (u32, &sockopt::Pidfd),
-    notes: &mut Vec<String>,
-) -> Result<Vec<Socket>, InspectError> {
-    let mut pidfds: HashMap<u32, Option<sockopt::Pidfd>> = HashMap::new();
-    let (mut closed, mut gone) = (0, BTreeSet::new());
-    let mut out = Vec::new();
-    for h in held {
-        let row = by_inode[&h.inode];
-        let mut s = Socket {
-            pid: h.pid,
-            fd: h.fd,
-            inode: h.inode,
-            state: procfs::state_name(row.state).into(),
-            role: if row.state == procfs::LISTEN {
-                "listening"
-            } else if listen_ports.contains(&row.local.port()) {
-                "accepted"
-            } else {
-                "outgoing"
-            },
-            local: row.local.to_string(),
-            peer: if row.state == procfs::LISTEN { "*:*".into() } else { row.peer.to_string() },
-            pingpong: row.pingpong,
-            quick_acks_left: row.quick,
-            ..Socket::default()
-        };
-        let pfd = if h.pid == main.0 {
-            Some(main.1)
-        } else {
-            pidfds.entry(h.pid).or_insert_with(|| sockopt::Pidfd::open(h.pid).ok()).as_ref()
-        };
-        match pfd.map(|p| p.sockopts(h.fd, h.inode)) {
-            Some(Ok(o)) => {
-                s.nodelay = Some(o.nodelay);
-                s.cork = Some(o.cork);
-                s.quickack = Some(o.quickack);
-            }
-            Some(Err(e)) => match e.raw_os_error() {
-                Some(libc::EPERM) => {
-                    return Err(InspectError::Permission {
-                        at: format!("pid {}", h.pid),
-                        what: "duplicate its sockets to read TCP_NODELAY (pidfd_getfd)".into(),
-                        hint: ptrace_hint(Some(h.pid)),
-                    });
-                }
-                Some(libc::ENOSYS) => {
-                    return Err(InspectError::Unsupported {
-                        at: format!("pid {}", h.pid),
-                        what: format!(
-                            "cannot duplicate its sockets: pidfd_getfd needs Linux 5.6 or later (this kernel: {})",
-                            std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
-                        ),
-                    });
-                }
-                // Closed, or the number reused, since the descriptors were listed.
-                Some(libc::EBADF) => {
-                    closed += 1;
-                    continue;
-                }
-                Some(libc::ESRCH) => {
-                    gone.insert(h.pid);
-                }
-                _ => notes.push(format!("pid {} fd {}: cannot read its options: {e}", h.pid, h.fd)),
-            },
-            None => {
-                gone.insert(h.pid);
-            }
-        }
-        out.push(s);
-    }
-    if closed > 0 {
-        notes.push(format!("{closed} socket(s) closed while being read (left out)"));
-    }
-    for p in gone {
-        notes.push(format!("pid {p} exited while its sockets were read; their options are unknown"));
-    }
-    Ok(out)
-}
-
 /// Small unsent bytes wait behind unacknowledged data, with Nagle on.
 fn held_now(s: &Socket) -> bool {
     let Some(i) = &s.info else { return false };
@@ -521,75 +435,6 @@ fn held_now(s: &Socket) -> bool {
 /// (`[::ffff:10.0.0.1]:80`) takes the IPv4 route, not an IPv6 one.
 fn peer_ip(peer: &str) -> Option<std::net::IpAddr> {
     peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip().to_canonical())
-}
-
-/// What to change, from the software's own knob to the generic fix; a
-/// write-write-read seen by the trace comes first, as the stall's shape.
-fn advice(sw: &Software, sum: &Summary, host: &Host, trace: Option<&crate::record::inspect::Trace>) -> Vec<String> {
-    let mut a = Vec::new();
-    let found = trace.is_some_and(|t| t.found);
-    if sum.nagle_on == 0 && !found {
-        return a;
-    }
-    if let Some(t) = trace.filter(|t| t.found && t.kernel_confirms == Some(false)) {
-        // The shape, but the kernel saw the pieces leave as written: the application paced them.
-        let held = t.kernel_hold.as_ref().map_or(0, |h| h.nagle);
-        a.push(format!(
-            "the trace saw write-write-read ({} of {} responses on Nagle sockets in small pieces), but the kernel held \
-only {held} writes by Nagle: the pieces left the host as they were written, so the time between them is the \
-application's own (look at what it does between its writes), not a Nagle stall; Nagle can still stall them when \
-the ACK comes late:",
-            t.write_write_read, t.nagle_responses
-        ));
-    } else if let Some(t) = trace.filter(|t| t.found) {
-        a.push(format!(
-            "the trace saw write-write-read: {} of {} responses on Nagle sockets went out in small pieces, then the \
-process waited for the next request{}. This is the shape of the Nagle + delayed-ACK stall: the last piece waits \
-for the ACK of the first, which the peer delays ~40 ms. The fix:",
-            t.write_write_read,
-            t.nagle_responses,
-            t.gap_wwr_ms
-                .map(|g| format!(" ({g:.1} ms median from the last piece to the next request)"))
-                .unwrap_or_default()
-        ));
-    }
-    let knob = match sw.kind {
-        "nginx" if sw.nodelay_setting == Some(false) => {
-            "set `tcp_nodelay on;` (nginx's default) in the http or server block, then `nginx -s reload`".into()
-        }
-        "nginx" => "nginx sets TCP_NODELAY only once a connection goes keep-alive; connections still on their \
-first request show Nagle on"
-            .into(),
-        "jdk-httpserver" => "start the JVM with -Dsun.net.httpserver.nodelay=true".into(),
-        "java" => "call setTcpNoDelay(true) on accepted sockets (or the framework's TCP_NODELAY option)".into(),
-        "python" => "set TCP_NODELAY on accepted sockets: sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) \
-(socketserver: disable_nagle_algorithm = True)"
-            .into(),
-        "node" => "call socket.setNoDelay(true) (http.createServer({ noDelay: true }))".into(),
-        "go" => "the program turns Nagle back on (TCPConn.SetNoDelay(false)); remove that call".into(),
-        _ => "set TCP_NODELAY on these sockets (setsockopt IPPROTO_TCP TCP_NODELAY 1)".into(),
-    };
-    a.push(knob);
-    a.push(
-        "or write each response in one piece (writev/sendmsg, or a buffered writer flushed once): Nagle stalls only \
-a second small write while the first is unacknowledged"
-            .into(),
-    );
-    if let Some(t) = trace.filter(|t| !t.found && t.nagle_responses > 0 && t.nagle_in_pieces_fraction == Some(0.0)) {
-        a.push(format!(
-            "(the trace saw all {} responses on Nagle sockets written in one piece: Nagle does not stall them as \
-they are written now)",
-            t.nagle_responses
-        ));
-    }
-    if let Some(c) = host.counters.iter().find(|c| c.name == "DelayedACKs" && c.delta > 0) {
-        a.push(format!(
-            "this host's delayed-ACK timer fired {} times in the window: a peer here waits ~40 ms for ACKs; \
-TCP_QUICKACK after each read or `ip route change … quickack 1` on the ACKing side avoids it",
-            c.delta
-        ));
-    }
-    a
 }
 
 #[cfg(test)]
