@@ -19,7 +19,8 @@ pub use crate::record::watch::{Finding, Kind, Owner};
 pub use http::MetricsServer;
 pub use metrics::Metrics;
 pub use owners::Owners;
-pub use sink::{ConnState, Counts, Limits, Row, WatchSink};
+pub use sink::{ConnState, Limits, Row, WatchSink};
+pub use slots::Counts;
 
 use crate::capture::LinkType;
 use crate::capture::live::{Live, LiveCapture, LiveError, LiveStats};

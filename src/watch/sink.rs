@@ -13,10 +13,9 @@
 
 use super::finding::finding;
 use super::metrics::Metrics;
-use super::slots::Slots;
+use super::slots::{Counts, Slots};
 use crate::analyze::{ARRIVAL, FileResult, RTO_NS};
 use crate::detect::{Detectors, Exchange, Observation, Observer};
-use crate::dist::Dist;
 use crate::record::watch::{Finding, Kind};
 use crate::tcp::table::Totals;
 use crate::tcp::{ConnInfo, Event, Side, Sink};
@@ -52,27 +51,6 @@ pub struct ConnState {
     retrans: u32,
     /// Server-held Nagle stalls on this connection.
     server_stalls: u32,
-}
-
-/// Counts over one interval (or the whole run).
-#[derive(Clone, Debug, Default)]
-pub struct Counts {
-    /// Completed exchanges.
-    pub exchanges: u64,
-    /// Findings by [`Kind::idx`].
-    pub found: [u64; 4],
-    /// Time the findings cost, ns.
-    pub lost_ns: i64,
-    /// Finding lines not printed (over the rate limit).
-    pub suppressed: u64,
-    /// Exchange latency (request start → last response byte).
-    pub latency: Dist,
-}
-
-impl Counts {
-    fn active(&self) -> bool {
-        self.exchanges > 0 || self.found.iter().any(|&n| n > 0)
-    }
 }
 
 /// One row of a summary.

@@ -4,13 +4,34 @@
 //! tracked connection points at it; otherwise it is folded into `other`.
 
 use super::metrics::{Metrics, SlotMetrics};
-use super::sink::Counts;
+use crate::dist::Dist;
 use crate::wire::Endpoint;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 /// Index of the `other` slot.
 pub(super) const OTHER: u32 = 0;
+
+/// Counts over one interval (or the whole run).
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    /// Completed exchanges.
+    pub exchanges: u64,
+    /// Findings by [`crate::record::watch::Kind::idx`].
+    pub found: [u64; 4],
+    /// Time the findings cost, ns.
+    pub lost_ns: i64,
+    /// Finding lines not printed (over the rate limit).
+    pub suppressed: u64,
+    /// Exchange latency (request start → last response byte).
+    pub latency: Dist,
+}
+
+impl Counts {
+    pub(super) fn active(&self) -> bool {
+        self.exchanges > 0 || self.found.iter().any(|&n| n > 0)
+    }
+}
 
 /// One server endpoint (or `other`).
 pub(super) struct Slot {
