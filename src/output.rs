@@ -47,7 +47,7 @@ pub fn failure() -> Option<String> {
 }
 
 /// Standard output as a [`Write`] for code that takes one (watch's lines):
-/// the same bookkeeping as [`print`]; once closed, writes fail with the error.
+/// the same bookkeeping as [`print()`]; once closed, writes fail with the error.
 pub struct Stdout;
 
 impl Write for Stdout {

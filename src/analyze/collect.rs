@@ -19,7 +19,7 @@ const EXCHANGE_ROWS: usize = 48;
 const CONN_ROWS_MAX: usize = 4096;
 const CONN_ROWS_KEEP: usize = 1024;
 
-/// Per-connection state held while the connection is open. In C order (see [`Acc`]).
+/// Per-connection state held while the connection is open. In C order (see `Acc`).
 #[derive(Default)]
 #[repr(C)]
 pub struct ConnState {

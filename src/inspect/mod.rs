@@ -1,15 +1,15 @@
 //! `inspect`: a live process's TCP sockets and why they may stall.
 //!
 //! For one process (and the workers that share its listening sockets) it
-//! lists every TCP socket ([`sockets`]) with TCP_NODELAY/TCP_CORK/TCP_QUICKACK
-//! (read on a duplicate from `pidfd_getfd`, [`sockopt`]), `tcp_info` from
-//! sock_diag ([`diag`]) and the delayed-ACK state from /proc/net/tcp
-//! ([`procfs`]); it names the server software and its own knob ([`software`],
-//! [`nginx`], [`advice`]), and watches the host's delayed-ACK counters for a
-//! window ([`host`]). Nothing about the process is changed. With `--trace` it
+//! lists every TCP socket (`sockets`) with TCP_NODELAY/TCP_CORK/TCP_QUICKACK
+//! (read on a duplicate from `pidfd_getfd`, `sockopt`), `tcp_info` from
+//! sock_diag (`diag`) and the delayed-ACK state from /proc/net/tcp
+//! (`procfs`); it names the server software and its own knob (`software`,
+//! `nginx`, `advice`), and watches the host's delayed-ACK counters for a
+//! window (`host`). Nothing about the process is changed. With `--trace` it
 //! also records the process's reads and writes on TCP sockets for that window
 //! (eBPF where it loads, else ptrace, which slows the process meanwhile) and
-//! finds write-write-read ([`trace`]).
+//! finds write-write-read (`trace`).
 
 mod advice;
 pub(crate) mod bounded;

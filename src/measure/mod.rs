@@ -1,7 +1,7 @@
 //! The measuring instruments of the method: instruments that send traffic and
 //! time the answers.
 //!
-//! - [`bench`]: HTTP/1.1 load under concurrency (`wrk`), with the client-side
+//! - [`bench`](mod@bench): HTTP/1.1 load under concurrency (`wrk`), with the client-side
 //!   signature of a Nagle stall.
 //! - [`probe`]: TCP round trips to one port (`hping3 -S`), raw SYNs with
 //!   kernel timestamps, or timed `connect()` without CAP_NET_RAW.

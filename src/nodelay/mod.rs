@@ -2,7 +2,7 @@
 //! restart, and put back. A `pidfd_getfd` duplicate shares the socket, so
 //! `setsockopt` on it changes the server's own socket; connections accepted
 //! later start with their listening socket's value. The previous values are
-//! saved first ([`state`]) so that [`restore`] works after Ctrl-C or a crash.
+//! saved first ([`state`]) so that [`restore()`] works after Ctrl-C or a crash.
 //! This is the only part of tcpdoctor that changes another process.
 
 mod restore;

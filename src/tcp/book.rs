@@ -1,5 +1,5 @@
 //! Where a tracker learns and asks about endpoints' roles: its own
-//! [`Roles`], or one shared by the trackers that split a file between
+//! `Roles`, or one shared by the trackers that split a file between
 //! threads ("shards", each holding only its own connections).
 //!
 //! A handshake-less connection's roles are judged on what the capture taught

@@ -11,7 +11,7 @@
 //! seccomp filter is installed (it could never be removed from the process),
 //! so every syscall costs two stops: the report says how much. [`Method`]
 //! says which is used. [`detect`] then looks for write-write-read on sockets
-//! with Nagle on, and [`report`] builds what is shown.
+//! with Nagle on, and [`report`](mod@report) builds what is shown.
 
 mod decode;
 mod detect;
