@@ -7,7 +7,7 @@ use serde::Serialize;
 /// Everything `analyze` found.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Report {
-    /// Schema version ([`super::SCHEMA_VERSION`]).
+    /// Schema version (`SCHEMA_VERSION`).
     pub schema: u32,
     /// tcpdoctor's version.
     pub version: &'static str,

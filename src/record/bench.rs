@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 /// Everything one `bench` run measured.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct BenchReport {
-    /// Schema version ([`super::SCHEMA_VERSION`]).
+    /// Schema version (`SCHEMA_VERSION`).
     pub schema: u32,
     /// tcpdoctor's version.
     pub version: &'static str,
@@ -135,7 +135,7 @@ pub struct ConnectionTimes {
     pub total: PhaseTimes,
 }
 
-/// One row of [`ConnectionTimes`].
+/// One row of `ConnectionTimes`.
 #[derive(Clone, Debug, Serialize, Default, schemars::JsonSchema)]
 pub struct PhaseTimes {
     pub min_ms: f64,

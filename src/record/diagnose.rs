@@ -9,7 +9,7 @@ use serde::Serialize;
 /// Everything one `diagnose` run measured and concluded.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct DiagnoseReport {
-    /// Schema version ([`super::SCHEMA_VERSION`]).
+    /// Schema version (`SCHEMA_VERSION`).
     pub schema: u32,
     /// tcpdoctor's version.
     pub version: &'static str,

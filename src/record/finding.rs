@@ -81,7 +81,7 @@ pub struct NagleFinding {
     pub ack_seen_ms: Spread,
     /// Which delayed-ACK timer `ack_delay_ms` looks like.
     pub ack_timer: String,
-    /// Where the capture was taken (see [`super::analyze::Connection::capture_point`]), from
+    /// Where the capture was taken (as each connection's `capture_point`), from
     /// the round trips below.
     pub capture_point: &'static str,
     /// Round trip from the capture point to the client, ms (its stalled

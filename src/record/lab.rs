@@ -6,7 +6,7 @@ use serde::Serialize;
 /// A lab server.
 #[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 pub struct LabRow {
-    /// Schema version ([`super::SCHEMA_VERSION`]).
+    /// Schema version (`SCHEMA_VERSION`).
     pub schema: u32,
     /// tcpdoctor's version.
     pub version: &'static str,

@@ -6,7 +6,7 @@ use serde::Serialize;
 /// One run of `nodelay PID|:PORT on|off|restore`.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct NodelayReport {
-    /// Schema version ([`super::SCHEMA_VERSION`]).
+    /// Schema version (`SCHEMA_VERSION`).
     pub schema: u32,
     /// tcpdoctor's version.
     pub version: &'static str,

@@ -5,7 +5,7 @@ use serde::Serialize;
 /// What `tcpdoctor probe` measured.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ProbeReport {
-    /// Schema version ([`super::SCHEMA_VERSION`]).
+    /// Schema version (`SCHEMA_VERSION`).
     pub schema: u32,
     /// tcpdoctor's version.
     pub version: &'static str,

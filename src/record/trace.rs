@@ -5,7 +5,7 @@ use serde::Serialize;
 /// What `tcpdoctor trace` found on the way to a TCP port.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct TraceReport {
-    /// Schema version ([`super::SCHEMA_VERSION`]).
+    /// Schema version (`SCHEMA_VERSION`).
     pub schema: u32,
     /// tcpdoctor's version.
     pub version: &'static str,

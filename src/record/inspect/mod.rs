@@ -12,7 +12,7 @@ use std::fmt::Write;
 /// What `tcpdoctor inspect` found about one process.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct InspectReport {
-    /// Schema version ([`super::SCHEMA_VERSION`]).
+    /// Schema version (`SCHEMA_VERSION`).
     pub schema: u32,
     /// tcpdoctor's version.
     pub version: &'static str,

@@ -104,7 +104,7 @@ pub struct TraceExample {
     pub local: Option<String>,
     /// Peer `ip:port`, when known.
     pub peer: Option<String>,
-    /// Nagle state at the writes (as in [`TraceKind::nagle`]).
+    /// Nagle state at the writes: `nagle`, `nodelay`, `corked` or `unknown`, as in `kinds`.
     pub nagle: &'static str,
     /// Last write → the next request's data, ms.
     pub gap_ms: Option<f64>,
