@@ -13,13 +13,17 @@
 //! [`Event`]: super::events::Event
 //! [`Sock`]: super::events::Sock
 
+mod calibrate;
+mod raw;
+mod session;
+
 use super::decode::{Decoder, Hold};
 use super::hold::Fate;
-use super::records::{self, Record, Stage};
+use super::records::{self, Record};
 use super::{Recording, Request};
-use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
-use aya::programs::BtfTracePoint;
-use aya::programs::tp_btf::BtfTracePointLinkId;
+use calibrate::{calibrate, median3, read_loop};
+use raw::Raw;
+use session::start;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -114,191 +118,6 @@ pub(crate) struct Extra {
     pub hooks: Hooks,
 }
 
-/// Loads and attaches the programs, on the socket tracepoints where they
-/// load; Err says why eBPF cannot be used at all.
-pub(super) fn start() -> Result<Session, String> {
-    if env_set(FORCE_SYSCALLS) {
-        return start_with(Hooks::Syscalls, Some(format!("{FORCE_SYSCALLS} is set")));
-    }
-    match start_with(Hooks::Sock, None) {
-        Ok(s) => Ok(s),
-        Err(why) => start_with(Hooks::Syscalls, Some(why)),
-    }
-}
-
-fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String> {
-    let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls)), ("empty", u8::from(env_set(EMPTY)))];
-    let mut bpf = crate::ebpf::load_with(crate::ebpf::TRACE_OBJ, &consts, &hooks.programs(), &[XMIT])?;
-    let take =
-        |bpf: &mut aya::Ebpf, name: &str| bpf.take_map(name).ok_or_else(|| format!("the BPF object has no map {name}"));
-    let map_err = |e: aya::maps::MapError| format!("BPF map: {e}");
-    let mut calls: Array<MapData, u8> = Array::try_from(take(&mut bpf, "calls")?).map_err(map_err)?;
-    for nr in 0..512u32 {
-        let code = records::code(nr, hooks == Hooks::Sock);
-        if code != 0 {
-            calls.set(nr, code, 0).map_err(map_err)?;
-        }
-    }
-    Ok(Session {
-        traced: Array::try_from(take(&mut bpf, "traced")?).map_err(map_err)?,
-        ring: RingBuf::try_from(take(&mut bpf, "events")?).map_err(map_err)?,
-        counts: PerCpuArray::try_from(take(&mut bpf, "counts")?).map_err(map_err)?,
-        stages: PerCpuArray::try_from(take(&mut bpf, "stages")?).map_err(map_err)?,
-        want_xmit: Array::try_from(take(&mut bpf, "want_xmit")?).map_err(map_err)?,
-        xmit: None,
-        xmit_off: Vec::new(),
-        hooks,
-        not_sock,
-        _calls: calls,
-        bpf: Some(bpf),
-    })
-}
-
-/// Loaded and attached programs: dropping it detaches them.
-pub(super) struct Session {
-    /// One bit per traced process id (`traced` in trace.bpf.c).
-    traced: Array<MapData, u64>,
-    ring: RingBuf<MapData>,
-    counts: PerCpuArray<MapData, u64>,
-    /// Each CPU's records not yet sent to the ring.
-    stages: PerCpuArray<MapData, Stage>,
-    want_xmit: Array<MapData, u32>,
-    /// The transmit program's link while it is attached.
-    xmit: Option<BtfTracePointLinkId>,
-    /// When it was off during the window: (from, to) in monotonic ns, `to`
-    /// 0 while still off.
-    xmit_off: Vec<(u64, u64)>,
-    hooks: Hooks,
-    not_sock: Option<String>,
-    _calls: Array<MapData, u8>,
-    /// The programs: None once detached (the maps above stay readable).
-    bpf: Option<aya::Ebpf>,
-}
-
-/// Ring items as read (a record, or a CPU's stage of them), each after its
-/// length as 4 bytes: copied while the trace runs, parsed after it. Kept in
-/// chunks that are never moved (a growing `Vec` copies all it holds at each
-/// doubling, while the traced server needs the CPU).
-#[derive(Default)]
-struct Raw {
-    chunks: Vec<Vec<u8>>,
-    len: usize,
-}
-
-/// A chunk's size (an item larger than this gets a chunk of its own).
-const RAW_CHUNK: usize = 4 << 20;
-
-impl Raw {
-    fn push(&mut self, item: &[u8]) {
-        let need = 4 + item.len();
-        let last = match self.chunks.last_mut() {
-            Some(c) if c.capacity() - c.len() >= need => c,
-            _ => {
-                self.chunks.push(Vec::with_capacity(RAW_CHUNK.max(need)));
-                self.chunks.last_mut().expect("just pushed")
-            }
-        };
-        last.extend_from_slice(&(item.len() as u32).to_ne_bytes());
-        last.extend_from_slice(item);
-        self.len += need;
-    }
-
-    /// The records of every item, in the order read.
-    fn records(&self) -> Vec<Record> {
-        let mut out = Vec::with_capacity(self.len / 56);
-        for chunk in &self.chunks {
-            let mut b = &chunk[..];
-            while let Some((len, rest)) = b.split_first_chunk::<4>() {
-                let n = (u32::from_ne_bytes(*len) as usize).min(rest.len());
-                out.extend(records::records_in(&rest[..n]));
-                b = &rest[n..];
-            }
-        }
-        out
-    }
-}
-
-impl Session {
-    /// Traces process `pid` (`on`) or stops tracing it.
-    fn mark(&mut self, pid: u32, on: bool) -> Result<(), String> {
-        let (w, bit) = (pid >> 6, 1u64 << (pid & 63));
-        let err = |e: aya::maps::MapError| format!("BPF map: {e}");
-        let word = self.traced.get(&w, 0).map_err(err)?;
-        self.traced.set(w, if on { word | bit } else { word & !bit }, 0).map_err(err)
-    }
-
-    /// Records the ring had no room for.
-    fn lost(&self) -> u64 {
-        self.counts.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
-    }
-
-    /// Reads every waiting item into `into` while it holds less than `room`
-    /// bytes (the records of the rest are counted in `overflow`); returns the bytes read.
-    fn drain(&mut self, into: &mut Raw, room: usize, overflow: &mut u64) -> usize {
-        let mut bytes = 0;
-        while let Some(item) = self.ring.next() {
-            bytes += item.len();
-            keep(into, &item, room, overflow);
-        }
-        bytes
-    }
-
-    /// Reads the records the CPUs still hold in their stages, once the
-    /// programs are detached. A program that was already running when they
-    /// were detached may still be filling one (its `busy` is set): that stage
-    /// is read again a moment later (up to 20 ms).
-    fn leftovers(&mut self, into: &mut Raw, room: usize, overflow: &mut u64) {
-        for tries in (0..20).rev() {
-            match self.stages.get(&0, 0) {
-                Ok(per_cpu) if tries > 0 && per_cpu.iter().any(|st| st.busy != 0) => {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Ok(per_cpu) => {
-                    for st in per_cpu.iter() {
-                        keep(into, st.used(), room, overflow);
-                    }
-                    return;
-                }
-                Err(_) => return,
-            }
-        }
-    }
-
-    /// Attaches (`on`) or detaches the transmit program.
-    fn set_xmit(&mut self, on: bool) -> Result<(), String> {
-        let bpf = self.bpf.as_mut().ok_or("the programs are detached")?;
-        let p: &mut BtfTracePoint = bpf
-            .program_mut(XMIT.0)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| format!("the BPF object has no BTF tracepoint program {}", XMIT.0))?;
-        match (on, self.xmit.take()) {
-            (true, None) => {
-                self.xmit = Some(p.attach().map_err(|e| format!("attaching {} to {}: {e}", XMIT.0, XMIT.1))?);
-                if let Some(off) = self.xmit_off.last_mut().filter(|o| o.1 == 0) {
-                    off.1 = crate::ebpf::monotonic_ns();
-                }
-            }
-            (false, Some(link)) => {
-                p.detach(link).map_err(|e| format!("detaching {}: {e}", XMIT.0))?;
-                self.xmit_off.push((crate::ebpf::monotonic_ns(), 0));
-            }
-            (_, link) => self.xmit = link,
-        }
-        Ok(())
-    }
-
-    /// Whether a program asked for the transmit program.
-    fn xmit_wanted(&self) -> bool {
-        self.want_xmit.get(&0, 0).is_ok_and(|w| w != 0)
-    }
-
-    /// Detaches the programs; the maps stay readable.
-    fn detach(&mut self) {
-        self.bpf = None;
-        self.xmit = None;
-    }
-}
-
 /// What the transmit program's absence meant: how long it was off and how
 /// many writes made then were not seen leaving (None when it never was).
 fn xmit_note(off: &[(u64, u64)], holds: &[Hold], window_ns: u64) -> Option<String> {
@@ -322,67 +141,7 @@ until a write was held or a route with a queue appeared: {unseen} writes made me
     })
 }
 
-/// Appends `item` to `into` while it holds less than `room` bytes, else
-/// counts its records in `overflow`.
-fn keep(into: &mut Raw, item: &[u8], room: usize, overflow: &mut u64) {
-    if into.len < room {
-        into.push(item);
-    } else {
-        *overflow += records::records_in(item).count() as u64;
-    }
-}
-
-/// This thread's CPU time, ns: unlike the wall clock, not inflated when
-/// other work on the host takes the CPU away mid-loop.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime with a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// `n` non-blocking reads on a connected loopback TCP socket, CPU ns per call
-/// (the programs run in the calling thread, so their time is counted).
-fn read_loop(n: u32) -> Option<f64> {
-    use std::os::fd::AsRawFd;
-    let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
-    let c = std::net::TcpStream::connect(l.local_addr().ok()?).ok()?;
-    let _peer = l.accept().ok()?;
-    let fd = c.as_raw_fd();
-    let mut b = [0u8; 1];
-    let t = thread_cpu_ns();
-    for _ in 0..n {
-        // SAFETY: recv into a valid buffer on our own socket; EAGAIN expected.
-        unsafe { libc::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) };
-    }
-    Some(thread_cpu_ns().saturating_sub(t) as f64 / f64::from(n))
-}
-
-fn median3(f: &mut dyn FnMut() -> Option<f64>) -> Option<f64> {
-    let mut v: Vec<f64> = (0..3).filter_map(|_| f()).collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
-}
-
-/// Measures a traced and an untraced call: `base` was measured before the
-/// programs were attached; the calibration's own records are thrown away.
-fn calibrate(s: &mut Session, base: Option<f64>) -> Option<Calibration> {
-    let me = std::process::id();
-    let other = median3(&mut || read_loop(CAL_CALLS))?;
-    s.mark(me, true).ok()?;
-    let mut junk = 0;
-    let traced = median3(&mut || {
-        let r = read_loop(CAL_CALLS);
-        s.drain(&mut Raw::default(), 0, &mut junk);
-        r
-    });
-    let _ = s.mark(me, false);
-    s.drain(&mut Raw::default(), 0, &mut junk);
-    let base = base?;
-    Some(Calibration { traced_ns: (traced? - base).max(0.0), other_ns: (other - base).max(0.0) })
-}
-
-/// Traces `req.pids` with the programs in a fresh [`Session`] until the
+/// Traces `req.pids` with the programs in a fresh [`Session`](session::Session) until the
 /// window ends, `stop` is set or the process exits; Err when eBPF cannot be used.
 pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Extra), String> {
     let base = median3(&mut || read_loop(CAL_CALLS));
@@ -519,61 +278,4 @@ tracepoints were not used ({})",
         notes,
     };
     Ok((rec, Extra { lost, sent, calibration, holds, hooks }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::records::{CallRec, EV_CALL, EV_SOCK, EV_XMIT, SegRec, SockRec};
-    use super::*;
-
-    fn bytes<T: Copy>(v: &T) -> Vec<u8> {
-        // SAFETY: the record types are plain integers, read as bytes.
-        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
-    }
-
-    #[test]
-    fn items_copied_while_tracing_are_the_records_after() {
-        let call = |t| CallRec { kind: EV_CALL, t, ino: 3, ..CallRec::default() };
-        let sock = SockRec { kind: EV_SOCK, ino: 3, lport: 80, ..SockRec::default() };
-        let seg = SegRec { kind: EV_XMIT, ino: 3, t: 5, seq: 1, end: 9, ..SegRec::default() };
-        let mut raw = Raw::default();
-        raw.push(&bytes(&sock));
-        raw.push(&bytes(&call(1)));
-        // A stage: several records in one item.
-        raw.push(&[bytes(&seg), bytes(&call(7)), bytes(&call(8))].concat());
-        raw.push(&bytes(&call(9)));
-        assert_eq!(
-            raw.records(),
-            [
-                Record::Sock(sock),
-                Record::Call(call(1)),
-                Record::Segment(seg),
-                Record::Call(call(7)),
-                Record::Call(call(8)),
-                Record::Call(call(9))
-            ]
-        );
-    }
-
-    #[test]
-    fn items_spread_over_several_chunks_come_back_in_order() {
-        let mut raw = Raw::default();
-        let n = RAW_CHUNK / 50;
-        for t in 0..n as u64 {
-            raw.push(&bytes(&CallRec { kind: EV_CALL, t, ino: 3, ..CallRec::default() }));
-        }
-        assert!(raw.chunks.len() >= 2, "{} chunks", raw.chunks.len());
-        let ts: Vec<u64> = raw.records().iter().map(Record::t).collect();
-        assert_eq!(ts, (0..n as u64).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn items_past_the_room_are_counted_not_kept() {
-        let call = CallRec { kind: EV_CALL, t: 1, ino: 3, ..CallRec::default() };
-        let stage = [bytes(&call), bytes(&call), bytes(&call)].concat();
-        let (mut raw, mut over) = (Raw::default(), 0);
-        keep(&mut raw, &stage, 100, &mut over);
-        keep(&mut raw, &stage, 100, &mut over);
-        assert_eq!((raw.records().len(), over), (3, 3));
-    }
 }

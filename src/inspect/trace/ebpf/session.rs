@@ -1,0 +1,152 @@
+//! Loaded and attached programs: the maps the recorder reads and writes,
+//! the ring, the CPUs' stages, and the transmit program attached on demand.
+
+use super::super::records::{self, Stage};
+use super::raw::{Raw, keep};
+use super::{EMPTY, FORCE_SYSCALLS, Hooks, XMIT, env_set};
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
+use aya::programs::BtfTracePoint;
+use aya::programs::tp_btf::BtfTracePointLinkId;
+use std::time::Duration;
+
+/// Loads and attaches the programs, on the socket tracepoints where they
+/// load; Err says why eBPF cannot be used at all.
+pub(super) fn start() -> Result<Session, String> {
+    if env_set(FORCE_SYSCALLS) {
+        return start_with(Hooks::Syscalls, Some(format!("{FORCE_SYSCALLS} is set")));
+    }
+    match start_with(Hooks::Sock, None) {
+        Ok(s) => Ok(s),
+        Err(why) => start_with(Hooks::Syscalls, Some(why)),
+    }
+}
+
+fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String> {
+    let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls)), ("empty", u8::from(env_set(EMPTY)))];
+    let mut bpf = crate::ebpf::load_with(crate::ebpf::TRACE_OBJ, &consts, &hooks.programs(), &[XMIT])?;
+    let take =
+        |bpf: &mut aya::Ebpf, name: &str| bpf.take_map(name).ok_or_else(|| format!("the BPF object has no map {name}"));
+    let map_err = |e: aya::maps::MapError| format!("BPF map: {e}");
+    let mut calls: Array<MapData, u8> = Array::try_from(take(&mut bpf, "calls")?).map_err(map_err)?;
+    for nr in 0..512u32 {
+        let code = records::code(nr, hooks == Hooks::Sock);
+        if code != 0 {
+            calls.set(nr, code, 0).map_err(map_err)?;
+        }
+    }
+    Ok(Session {
+        traced: Array::try_from(take(&mut bpf, "traced")?).map_err(map_err)?,
+        ring: RingBuf::try_from(take(&mut bpf, "events")?).map_err(map_err)?,
+        counts: PerCpuArray::try_from(take(&mut bpf, "counts")?).map_err(map_err)?,
+        stages: PerCpuArray::try_from(take(&mut bpf, "stages")?).map_err(map_err)?,
+        want_xmit: Array::try_from(take(&mut bpf, "want_xmit")?).map_err(map_err)?,
+        xmit: None,
+        xmit_off: Vec::new(),
+        hooks,
+        not_sock,
+        _calls: calls,
+        bpf: Some(bpf),
+    })
+}
+
+/// Loaded and attached programs: dropping it detaches them.
+pub(super) struct Session {
+    /// One bit per traced process id (`traced` in trace.bpf.c).
+    traced: Array<MapData, u64>,
+    ring: RingBuf<MapData>,
+    counts: PerCpuArray<MapData, u64>,
+    /// Each CPU's records not yet sent to the ring.
+    stages: PerCpuArray<MapData, Stage>,
+    want_xmit: Array<MapData, u32>,
+    /// The transmit program's link while it is attached.
+    pub(super) xmit: Option<BtfTracePointLinkId>,
+    /// When it was off during the window: (from, to) in monotonic ns, `to`
+    /// 0 while still off.
+    pub(super) xmit_off: Vec<(u64, u64)>,
+    pub(super) hooks: Hooks,
+    pub(super) not_sock: Option<String>,
+    _calls: Array<MapData, u8>,
+    /// The programs: None once detached (the maps above stay readable).
+    bpf: Option<aya::Ebpf>,
+}
+
+impl Session {
+    /// Traces process `pid` (`on`) or stops tracing it.
+    pub(super) fn mark(&mut self, pid: u32, on: bool) -> Result<(), String> {
+        let (w, bit) = (pid >> 6, 1u64 << (pid & 63));
+        let err = |e: aya::maps::MapError| format!("BPF map: {e}");
+        let word = self.traced.get(&w, 0).map_err(err)?;
+        self.traced.set(w, if on { word | bit } else { word & !bit }, 0).map_err(err)
+    }
+
+    /// Records the ring had no room for.
+    pub(super) fn lost(&self) -> u64 {
+        self.counts.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
+    }
+
+    /// Reads every waiting item into `into` while it holds less than `room`
+    /// bytes (the records of the rest are counted in `overflow`); returns the bytes read.
+    pub(super) fn drain(&mut self, into: &mut Raw, room: usize, overflow: &mut u64) -> usize {
+        let mut bytes = 0;
+        while let Some(item) = self.ring.next() {
+            bytes += item.len();
+            keep(into, &item, room, overflow);
+        }
+        bytes
+    }
+
+    /// Reads the records the CPUs still hold in their stages, once the
+    /// programs are detached. A program that was already running when they
+    /// were detached may still be filling one (its `busy` is set): that stage
+    /// is read again a moment later (up to 20 ms).
+    pub(super) fn leftovers(&mut self, into: &mut Raw, room: usize, overflow: &mut u64) {
+        for tries in (0..20).rev() {
+            match self.stages.get(&0, 0) {
+                Ok(per_cpu) if tries > 0 && per_cpu.iter().any(|st| st.busy != 0) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(per_cpu) => {
+                    for st in per_cpu.iter() {
+                        keep(into, st.used(), room, overflow);
+                    }
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Attaches (`on`) or detaches the transmit program.
+    pub(super) fn set_xmit(&mut self, on: bool) -> Result<(), String> {
+        let bpf = self.bpf.as_mut().ok_or("the programs are detached")?;
+        let p: &mut BtfTracePoint = bpf
+            .program_mut(XMIT.0)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| format!("the BPF object has no BTF tracepoint program {}", XMIT.0))?;
+        match (on, self.xmit.take()) {
+            (true, None) => {
+                self.xmit = Some(p.attach().map_err(|e| format!("attaching {} to {}: {e}", XMIT.0, XMIT.1))?);
+                if let Some(off) = self.xmit_off.last_mut().filter(|o| o.1 == 0) {
+                    off.1 = crate::ebpf::monotonic_ns();
+                }
+            }
+            (false, Some(link)) => {
+                p.detach(link).map_err(|e| format!("detaching {}: {e}", XMIT.0))?;
+                self.xmit_off.push((crate::ebpf::monotonic_ns(), 0));
+            }
+            (_, link) => self.xmit = link,
+        }
+        Ok(())
+    }
+
+    /// Whether a program asked for the transmit program.
+    pub(super) fn xmit_wanted(&self) -> bool {
+        self.want_xmit.get(&0, 0).is_ok_and(|w| w != 0)
+    }
+
+    /// Detaches the programs; the maps stay readable.
+    pub(super) fn detach(&mut self) {
+        self.bpf = None;
+        self.xmit = None;
+    }
+}
