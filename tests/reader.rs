@@ -108,14 +108,25 @@ fn read_all(r: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<V
     })
 }
 
-/// A file shrinks to half while analyze has it mapped: the walk stops at the
+/// A file shrinks to half while analyze has it open: the walk stops at the
 /// cut with a warning naming the offset, the report covers the records before
 /// it, exit 4 (before: SIGBUS, exit 135, no message). Deterministic: analyze
 /// maps the big file, then blocks opening the FIFO given after it; the test
 /// truncates once the mapping shows in /proc/PID/maps, and only then opens
-/// the FIFO's other end, so the walks start after the cut.
+/// the FIFO's other end, so the walks start after the cut. A file that has
+/// a thread to itself is read (pread); with two threads it is walked through
+/// its mapping by two shards: both say the same.
+#[test]
+fn a_file_truncated_while_read_ends_with_a_warning_and_exit_4() {
+    truncated_while_open(&[]);
+}
+
 #[test]
 fn a_file_truncated_while_mapped_ends_with_a_warning_and_exit_4() {
+    truncated_while_open(&["--threads", "4"]);
+}
+
+fn truncated_while_open(threads: &[&str]) {
     let t = Template::load();
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big.pcap");
@@ -142,6 +153,7 @@ fn a_file_truncated_while_mapped_ends_with_a_warning_and_exit_4() {
 
     let mut child = Command::new(BIN)
         .args(["analyze", "--json"])
+        .args(threads)
         .arg(&big)
         .arg(&fifo)
         .stdout(Stdio::piped())
@@ -170,7 +182,7 @@ fn a_file_truncated_while_mapped_ends_with_a_warning_and_exit_4() {
     let cut_record = ends[whole as usize];
     assert_eq!(r["inputs"][0]["packets"], whole, "the records wholly before the cut");
     let what = format!("the file shrank to {half} bytes while being read (truncated at offset {half})");
-    assert_eq!(r["inputs"][0]["damage"], format!("offset {cut_record}: {what}"));
+    assert_eq!(r["inputs"][0]["damage"], format!("offset {cut_record}: {what}"), "{stderr}");
     assert_eq!(r["inputs"][1]["packets"], 157, "the other file is whole");
     assert!(stderr.starts_with("tcpdoctor: warning: ") && stderr.contains(&what), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

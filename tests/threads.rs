@@ -316,3 +316,44 @@ fn clamped_times_and_unreadable_link_types_count_the_same_on_one_two_and_three_t
     assert!(says(&format!("link type 147 is not supported; skipped {} packets", n / 50)), "{warnings:?}");
     assert!(says(&format!("link type 148 is not supported; skipped {} packets", n / 70)), "{warnings:?}");
 }
+
+/// Ctrl-C before the walks start: every shard notices it at its first
+/// checkpoint (65,536 frames) and may walk through its next one until all
+/// have noticed; then all stop right after the same frame, so the parts merge
+/// (before: the shards disagreed on where they stopped, and the file was
+/// walked again on one thread, which stopped within its first 8 MiB), and
+/// the report is the one a single thread makes of the bytes before that
+/// offset. (A shard that lags a whole checkpoint behind lets the others reach
+/// the end: then the report is the whole file's.)
+#[test]
+fn a_stop_ends_every_shard_after_the_same_frame() {
+    use std::sync::atomic::AtomicBool;
+    use tcpdoctor::analyze::{Options, analyze};
+    use tcpdoctor::capture::Capture;
+    let parts =
+        [("syn_retry.pcap", 8400, false, ALL), ("wwr_nagle.pcap", 80, false, ALL), ("think45.pcap", 20, false, ALL)];
+    let bytes = mixture(&parts, 1_000_000, 13);
+    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(true)));
+    let report = |bytes: &[u8], threads: usize, stop: Option<&'static AtomicBool>| {
+        let o = Options { ladder_rows: 60, threads: Some(threads), stop, ..Options::default() };
+        let r = analyze(&[Capture::from_bytes("many.pcap", bytes.to_vec())], &o).unwrap();
+        serde_json::to_value(&r).unwrap()
+    };
+    for threads in [2, 3] {
+        let mut r = report(&bytes, threads, Some(stop));
+        let n = r["inputs"][0]["packets"].as_u64().unwrap();
+        assert!(n >= 2 << 16, "{threads} threads: every shard walks through its second checkpoint, not {n} frames");
+        let said = format!("many.pcap: interrupted (Ctrl-C) after {n} packets, at offset ");
+        let w = r["warnings"].as_array().unwrap().iter().filter_map(|w| w.as_str()?.strip_prefix(&said)).next();
+        let offset = w.map_or(bytes.len(), |w| w.split(';').next().unwrap().parse().unwrap());
+        let mut one = report(&bytes[..offset], 1, None);
+        assert_eq!(one["inputs"][0]["packets"], n, "the offset is the end of frame {n}");
+        for x in [&mut r, &mut one] {
+            let o = x.as_object_mut().unwrap();
+            o.remove("inputs");
+            o.remove("warnings");
+            o.remove("interrupted");
+        }
+        assert_eq!(r, one, "{threads} threads");
+    }
+}

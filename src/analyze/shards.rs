@@ -116,18 +116,21 @@ fn slow_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
 }
 
 /// Where the shards of a file stop after Ctrl-C: each notices the flag at a
-/// checkpoint and, until all have, may walk to its next one; then all walk
-/// to the furthest any went, so that they cover the same packets.
+/// checkpoint and, until all have, may walk through its next one; then all
+/// walk through the furthest frame any may have reached, so that they cover
+/// the same packets and stop at the same offset.
 struct Agreement {
     flag: Option<&'static AtomicBool>,
-    /// (shards that noticed the flag or their end, last frame any may have walked).
+    /// (shards that noticed the flag or their end, last frame any may walk).
     state: Mutex<(usize, u64)>,
     of: usize,
 }
 
 impl Agreement {
-    /// At a checkpoint before `frame` (or after the last frame, `done`):
-    /// the last frame to walk, once every shard has noticed.
+    /// At the checkpoint `frame` (which the shard walks through), or at its
+    /// end (`done`: `frame` is the last it walked): the last frame to walk,
+    /// once every shard has noticed. A shard is never past that frame when
+    /// it learns it.
     fn check(&self, noticed: &mut bool, frame: u64, done: bool) -> Option<u64> {
         let raised = self.flag.is_some_and(|f| f.load(Ordering::Relaxed));
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -139,11 +142,11 @@ impl Agreement {
             return None;
         }
         if s.0 == self.of {
-            s.1 = s.1.max(frame - 1);
+            s.1 = s.1.max(frame);
             return Some(s.1);
         }
-        // Others have yet to notice: this shard may walk to its next checkpoint.
-        s.1 = s.1.max(if done { frame - 1 } else { frame - 1 + CHECK_EVERY });
+        // Others have yet to notice: this shard may walk through its next checkpoint.
+        s.1 = s.1.max(if done { frame } else { frame + CHECK_EVERY });
         None
     }
 }
@@ -167,24 +170,22 @@ fn shard(packets: Packets<'_>, tag: Option<usize>, opts: &Options, part: Part<'_
     }
     let mut a = Analyser::new(tag, opts, Some(roles));
     let mut reading = Reading::default();
-    let (mut noticed, mut last, mut stopped_at, mut walked) = (false, u64::MAX, None, 0);
+    let (mut noticed, mut last, mut stopped) = (false, u64::MAX, false);
     loop {
-        // Where a stop leaves the walk: asked only once a stop is agreed.
-        let offset = if last == u64::MAX { 0 } else { packets.offset() };
-        // Frames of other shards are passed over in the walk itself.
+        if packets.frames() >= last {
+            stopped = true;
+            break;
+        }
+        // Frames of other shards are passed over in the walk itself (never
+        // the last one to walk, so that every shard stops right after it).
         let skip = |link: LinkType, data: &[u8]| shard_of(link, data, of) != index;
-        let Some((p, mine)) = packets.next_unless(PASS_EVERY, skip) else { break };
+        let Some((p, mine)) = packets.next_unless(PASS_EVERY, last, skip) else { break };
         if p.frame.is_multiple_of(CHECK_EVERY)
             && last == u64::MAX
             && let Some(l) = stop.check(&mut noticed, p.frame, false)
         {
             last = l;
         }
-        if p.frame > last {
-            stopped_at = Some(offset);
-            break;
-        }
-        walked = p.frame;
         if p.frame.is_multiple_of(PASS_EVERY) {
             a.passed(p.frame - 1, false);
         }
@@ -206,15 +207,14 @@ fn shard(packets: Packets<'_>, tag: Option<usize>, opts: &Options, part: Part<'_
             Err(e) => reading.not_segment(p.frame, Some(e)),
         }
     }
-    reading.n = walked;
-    if stopped_at.is_none() {
+    // Every frame walked, passed over or not.
+    reading.n = packets.frames();
+    if !stopped {
         // At its end: the others walk to it too.
-        stop.check(&mut noticed, walked + 1, true);
+        stop.check(&mut noticed, reading.n, true);
     }
     let mut end = Ending::of(&packets);
-    if let Some(offset) = stopped_at {
-        (end.stopped, end.offset) = (true, offset);
-    }
+    end.stopped |= stopped;
     let (tcp, filtered) = (a.tcp, a.filtered);
     Ok(Walked { r: a.finish(), reading, tcp, filtered, end })
 }
@@ -300,6 +300,25 @@ fn number(r: &mut FileResult, tag: Option<usize>) {
 mod tests {
     use super::*;
     use crate::capture::all_packets;
+
+    /// The last frame agreed after a stop is never behind a shard when it
+    /// learns it: the first to notice may walk through its next checkpoint.
+    #[test]
+    fn no_shard_is_past_the_agreed_last_frame() {
+        static RAISED: AtomicBool = AtomicBool::new(true);
+        static CALM: AtomicBool = AtomicBool::new(false);
+        let agree = |flag: &'static AtomicBool| Agreement { flag: Some(flag), state: Mutex::new((0, 0)), of: 2 };
+        let c = CHECK_EVERY;
+        let (a, mut n) = (agree(&RAISED), [false; 2]);
+        assert_eq!(a.check(&mut n[0], c, false), None, "the other has yet to notice");
+        assert_eq!(a.check(&mut n[1], c, false), Some(2 * c));
+        assert_eq!(a.check(&mut n[0], 2 * c, false), Some(2 * c));
+        // A shard at its end counts as having noticed: the other walks to that end.
+        let (a, mut n) = (agree(&CALM), [false; 2]);
+        assert_eq!(a.check(&mut n[0], c, false), None);
+        assert_eq!(a.check(&mut n[1], c + 5, true), None);
+        assert_eq!(a.check(&mut n[0], c + 5, true), Some(c + 5));
+    }
 
     /// Every frame of every capture in tests/data, and each with bytes
     /// changed where the owner is read: the fixed-offset owner is the

@@ -145,8 +145,9 @@ enum Bytes {
 }
 
 /// A capture's bytes, held for the duration of the analysis: a regular file is
-/// memory-mapped; standard input, FIFOs and devices are streamed through a
-/// bounded buffer as the walk goes.
+/// memory-mapped (and may be read instead: [`Capture::read_packets`]);
+/// standard input, FIFOs and devices are streamed through a bounded buffer as
+/// the walk goes.
 pub struct Capture {
     /// Name used in messages (the path, or `-` for stdin).
     pub name: String,
@@ -262,6 +263,21 @@ impl Capture {
                 Packets::start(Source::Stream(Stream::new(input, *size)), stop)
             }
         }
+    }
+
+    /// Walks the capture once, front to back, as [`Capture::packets_until`]
+    /// does, but reads a mapped file with pread(2) through a buffer of a
+    /// stream's size instead of walking its mapping. For a single reader that
+    /// is cheaper: the kernel copies each page into a buffer that stays in
+    /// the cache, where a mapping costs it a map and an unmap of every 4 KiB
+    /// page that is not in a large folio (bench/RESULTS.md). Only the file's
+    /// size when it was opened is read, as with the mapping, and a file that
+    /// shrinks meanwhile is reported the same way.
+    pub fn read_packets(&self, stop: Option<&'static AtomicBool>) -> Result<Packets<'_>, OpenError> {
+        let Bytes::Mapped(m) = &self.bytes else { return self.packets_until(stop) };
+        let file = m.file.try_clone().map_err(|e| OpenError::io(format!("cannot read: {e}")))?;
+        let sized = source::Sized { file, pos: 0, len: m.map.len() as u64, progress: None };
+        Packets::start(Source::Stream(Stream::new(Input::Sized(sized), STREAM_BUFFER)), stop)
     }
 }
 

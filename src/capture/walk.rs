@@ -118,9 +118,12 @@ impl<'a> Packets<'a> {
         Ok(p)
     }
 
-    /// Adds the bytes walked to `counter` every few MB (mapped files), for a progress bar.
+    /// Adds the bytes walked to `counter` every few MB (files, not streams), for a progress bar.
     pub fn count_into(&mut self, counter: Arc<AtomicU64>) {
-        self.walk.progress = Some(counter);
+        match &mut self.src {
+            Source::Stream(s) => s.count_into(counter),
+            Source::Slice(_) => self.walk.progress = Some(counter),
+        }
     }
 
     /// The next packet, or `None` at the end, at damage, or once stopped.
@@ -171,12 +174,14 @@ impl<'a> Packets<'a> {
 
     /// Like [`Packets::next`], but passes over the whole records of a pcap
     /// file in memory whose frame `pass` says to (given its link type and
-    /// data), except every `every`-th frame (a power of two) and the first.
-    /// The flag says whether `pass` was asked about the packet (and said no).
+    /// data), except every `every`-th frame (a power of two), the first, and
+    /// those from frame `until` on. The flag says whether `pass` was asked
+    /// about the packet (and said no).
     #[inline(always)]
     pub fn next_unless(
         &mut self,
         every: u64,
+        until: u64,
         mut pass: impl FnMut(LinkType, &[u8]) -> bool,
     ) -> Option<(Packet<'_>, bool)> {
         if let Source::Slice(s) = &mut self.src
@@ -195,7 +200,7 @@ impl<'a> Packets<'a> {
                 self.walk.frame += 1;
                 let frame = self.walk.frame;
                 let data = &s.bytes[range];
-                let asked = frame & (every - 1) != 0 && frame != 1;
+                let asked = frame & (every - 1) != 0 && frame != 1 && frame < until;
                 if !asked || !pass(link, data) {
                     return Some((Packet { frame, ts_ns, link, data, orig_len }, asked));
                 }
@@ -211,6 +216,11 @@ impl<'a> Packets<'a> {
             Source::Slice(s) => self.walk.next_in(s),
             Source::Stream(s) => self.walk.next_in(s),
         }
+    }
+
+    /// Frames walked so far (returned or passed over).
+    pub fn frames(&self) -> u64 {
+        self.walk.frame
     }
 
     /// The container format.
@@ -254,6 +264,7 @@ fn header(src: &mut impl Bytes, stop: Option<&'static AtomicBool>) -> Result<Par
             Fill::Done => {}
             Fill::Stopped => return Err(OpenError::io("interrupted before the capture header came")),
             Fill::Failed(e) => return Err(OpenError::io(format!("cannot read: {e}"))),
+            Fill::Cut(what) => return Err(OpenError::io(what)),
         }
         let (buf, eof) = src.peek();
         if buf.is_empty() {
@@ -321,6 +332,7 @@ impl Walk {
                             self.done = true;
                         }
                         Fill::Failed(e) => self.fail(at, format!("cannot read: {e}")),
+                        Fill::Cut(what) => self.fail(at, what),
                     }
                     continue;
                 }
