@@ -276,7 +276,7 @@ impl Capture {
     pub fn read_packets(&self, stop: Option<&'static AtomicBool>) -> Result<Packets<'_>, OpenError> {
         let Bytes::Mapped(m) = &self.bytes else { return self.packets_until(stop) };
         let file = m.file.try_clone().map_err(|e| OpenError::io(format!("cannot read: {e}")))?;
-        let sized = source::Sized { file, pos: 0, len: m.map.len() as u64, progress: None };
+        let sized = source::SizedFile { file, pos: 0, len: m.map.len() as u64, progress: None };
         Packets::start(Source::Stream(Stream::new(Input::Sized(sized), STREAM_BUFFER)), stop)
     }
 }

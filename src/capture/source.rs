@@ -1,7 +1,8 @@
 //! Where a walk's bytes come from: a slice (a mapped file or bytes in
 //! memory) or a stream (standard input, a FIFO, a device, or a regular file
-//! with a single reader) read into a bounded buffer. Both offer the bytes at the read position the same way, so one
-//! parser serves both; only a stream can answer "need more bytes".
+//! with a single reader) read into a bounded buffer. Both offer the bytes at
+//! the read position the same way, so one parser serves both; only a stream
+//! can answer "need more bytes".
 
 use super::{Mapped, WINDOW};
 use std::io::Read;
@@ -20,13 +21,13 @@ pub(crate) enum Input {
     File(std::fs::File),
     /// A regular file read front to back up to the size it had when it was
     /// opened (as its mapping is: bytes appended meanwhile are not read).
-    Sized(Sized),
+    Sized(SizedFile),
     /// Any reader (tests, fuzzing): the stop flag is looked at between reads.
     Reader(Box<dyn Read + Send>),
 }
 
 /// A regular file read with pread(2) from its own offset.
-pub(crate) struct Sized {
+pub(crate) struct SizedFile {
     pub(crate) file: std::fs::File,
     pub(crate) pos: u64,
     pub(crate) len: u64,
@@ -34,7 +35,7 @@ pub(crate) struct Sized {
     pub(crate) progress: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
-impl Sized {
+impl SizedFile {
     fn read(&mut self, buf: &mut [u8]) -> Result<usize, Fill> {
         use std::os::unix::fs::FileExt;
         let want = buf.len().min(usize::try_from(self.len - self.pos).unwrap_or(usize::MAX));
@@ -97,6 +98,8 @@ impl Stream {
     /// Adds the bytes read to `counter` (a sized file's: a stream's size is unknown).
     pub(crate) fn count_into(&mut self, counter: std::sync::Arc<std::sync::atomic::AtomicU64>) {
         if let Input::Sized(f) = &mut self.input {
+            // The header's read came before: its bytes count too.
+            counter.fetch_add(f.pos, Ordering::Relaxed);
             f.progress = Some(counter);
         }
     }

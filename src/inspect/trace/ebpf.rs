@@ -21,7 +21,7 @@ use super::decode::{Decoder, Hold};
 use super::hold::Fate;
 use super::records::{self, Record};
 use super::{Recording, Request};
-use calibrate::{calibrate, median3, read_loop};
+use calibrate::{calibrate, least, read_loop};
 use raw::Raw;
 use session::start;
 use std::collections::HashSet;
@@ -144,7 +144,7 @@ until a write was held or a route with a queue appeared: {unseen} writes made me
 /// Traces `req.pids` with the programs in a fresh [`Session`](session::Session) until the
 /// window ends, `stop` is set or the process exits; Err when eBPF cannot be used.
 pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Extra), String> {
-    let base = median3(&mut || read_loop(CAL_CALLS));
+    let base = least(&mut || read_loop(CAL_CALLS));
     let mut s = start()?;
     let calibration = calibrate(&mut s, base);
     let lost0 = s.lost();
