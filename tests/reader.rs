@@ -1,5 +1,6 @@
 //! Capture input that must never crash, hang or exhaust memory, through the
-//! real binary: a file truncated while analyze maps it, a stream of hundreds
+//! real binary: a file truncated while analyze reads it or maps it (and a
+//! file read walks as its mapping does), a stream of hundreds
 //! of MB through a pipe (same report as the file, bounded RSS), Ctrl-C on a
 //! pipe whose writer stays, endless devices, a pcapng block naming an
 //! undeclared interface, more servers than the aggregates keep, and more
