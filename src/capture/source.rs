@@ -26,6 +26,11 @@ pub(crate) enum Input {
     Reader(Box<dyn Read + Send>),
 }
 
+/// What a walk says of a file that now ends at `size`, before the record it was reading.
+fn shrank(size: u64) -> String {
+    format!("the file shrank to {size} bytes while being read (truncated at offset {size})")
+}
+
 /// A regular file read with pread(2) from its own offset.
 pub(crate) struct SizedFile {
     pub(crate) file: std::fs::File,
@@ -51,9 +56,7 @@ impl SizedFile {
         if n == 0 {
             // Fewer bytes than it had when opened: say so as the mapped walk does.
             let size = self.file.metadata().map_or(self.pos, |m| m.len());
-            return Err(Fill::Cut(format!(
-                "the file shrank to {size} bytes while being read (truncated at offset {size})"
-            )));
+            return Err(Fill::Cut(shrank(size)));
         }
         self.pos += n as u64;
         if let Some(p) = &self.progress {
@@ -366,7 +369,7 @@ impl<'a> Slice<'a> {
     fn cut(m: &Mapped, end: usize, zeroed: usize) -> String {
         let size = m.size();
         if size < end as u64 {
-            format!("the file shrank to {size} bytes while being read (truncated at offset {size})")
+            shrank(size)
         } else {
             format!("the file could not be read from offset {zeroed} (an I/O error while it was mapped)")
         }
