@@ -109,7 +109,10 @@ fn slow_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
             _ => 0,
         };
     }
-    match wire::decode(0, 0, link, data, data.len() as u32) {
+    // The longest packet length: decoding then fails on no frame that the
+    // walk (given its true length) decodes, so a frame cut by the snap
+    // length still goes to its connection's shard.
+    match wire::decode(0, 0, link, data, u32::MAX) {
         Ok(Some(seg)) => owner(mix_endpoint(seg.src), mix_endpoint(seg.dst), of),
         _ => 0,
     }
@@ -320,9 +323,11 @@ mod tests {
         assert_eq!(a.check(&mut n[0], c + 5, true), Some(c + 5));
     }
 
-    /// Every frame of every capture in tests/data, and each with bytes
-    /// changed where the owner is read: the fixed-offset owner is the
-    /// general one, and a frame that decodes gets its connection's shard.
+    /// Every frame of every capture in tests/data, each with bytes changed
+    /// where the owner is read, and each cut as a snap length cuts it: the
+    /// fixed-offset owner is the general one, and a frame that decodes,
+    /// with its own length or the length before the cut, gets its
+    /// connection's shard.
     #[test]
     fn the_quick_owner_is_the_general_one() {
         let mut files = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data"))];
@@ -346,13 +351,19 @@ mod tests {
                         variants.push(d);
                     }
                 }
-                variants.push(pk.data[..pk.data.len().min(37)].to_vec());
+                for cut in [37, 60, 66, 74, 80, 96, 128] {
+                    variants.push(pk.data[..pk.data.len().min(cut)].to_vec());
+                }
                 for d in &variants {
                     for of in 2..5 {
                         let quick = shard_of(pk.link, d, of);
                         assert_eq!(quick, slow_shard_of(pk.link, d, of), "{}: frame {}", p.display(), pk.frame);
-                        if let Ok(Some(s)) = wire::decode(0, 0, pk.link, d, d.len() as u32) {
-                            assert_eq!(quick, owner(mix_endpoint(s.src), mix_endpoint(s.dst), of));
+                        for len in [d.len() as u32, pk.orig_len] {
+                            if let Ok(Some(s)) = wire::decode(0, 0, pk.link, d, len) {
+                                let frame = pk.frame;
+                                let conn = owner(mix_endpoint(s.src), mix_endpoint(s.dst), of);
+                                assert_eq!(quick, conn, "{}: frame {frame} cut to {} of {len}", p.display(), d.len());
+                            }
                         }
                     }
                     frames += 1;

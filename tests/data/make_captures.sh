@@ -124,7 +124,11 @@ fi
 if want wwr_nodelay; then py_case wwr_nodelay.pcap 28102 "--mode wwr --nodelay" "-n 30"; fi
 
 # (k) (a) over IPv6 loopback, port 28112
-if want ipv6; then py_case wwr_nagle_ipv6.pcap 28112 "--mode wwr" "-n 30" ::1; fi
+# (k2) the same, as `tcpdump -s 128` would have kept it: frames cut by the snap length
+if want ipv6; then
+    py_case wwr_nagle_ipv6.pcap 28112 "--mode wwr" "-n 30" ::1
+    editcap -F pcap -s 128 "$OUT/wwr_nagle_ipv6.pcap" "$OUT/wwr_nagle_ipv6_snap128.pcap"
+fi
 
 # (e) think 45 ms, then ONE send(); TCP_NODELAY off; port 28107
 if want think45; then py_case think45.pcap 28107 "--mode think --think-ms 45" "-n 30"; fi

@@ -23,6 +23,7 @@ TRUTH = {
     "wwr_nagle_raw.pcap": WWR,
     "wwr_nodelay.pcap": ([], []),
     "wwr_nagle_ipv6.pcap": ([(28112, "server")], []),
+    "wwr_nagle_ipv6_snap128.pcap": ([(28112, "server")], []),
     "think45.pcap": ([], ["app_latency"]),
     "pause60_nodelay.pcap": ([], ["app_latency"]),
     "zero_window.pcap": ([], ["zero_window"]),
