@@ -7,7 +7,23 @@ struct Interface {
     link: LinkType,
     /// Timestamp units per second.
     units_per_sec: u64,
+    /// Nanoseconds a unit, when whole (seconds to nanoseconds): a multiply
+    /// instead of a 128-bit division on every packet.
+    ns_per_unit: Option<u64>,
     offset_s: i64,
+}
+
+impl Interface {
+    #[inline(always)]
+    fn ts_ns(&self, high: u32, low: u32) -> i64 {
+        let units = (u64::from(high) << 32) | u64::from(low);
+        let ns = match self.ns_per_unit {
+            // units × 10⁹ / u is units × (10⁹ / u) when u divides 10⁹: the same value.
+            Some(k) => (u128::from(units) * u128::from(k)) as i64,
+            None => (u128::from(units) * 1_000_000_000 / u128::from(self.units_per_sec)) as i64,
+        };
+        ns.saturating_add(self.offset_s.saturating_mul(1_000_000_000))
+    }
 }
 
 /// The state a section carries from block to block.
@@ -18,6 +34,10 @@ pub(crate) struct Parser {
 }
 
 const SHB: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+/// The Enhanced Packet Block's type, and its fixed part (type, length,
+/// interface, time, lengths and the trailing length).
+const EPB: u32 = 6;
+const EPB_FRAME: usize = 32;
 /// Type, length, and the trailing length: the smallest block.
 const MIN_BLOCK: usize = 12;
 /// Interfaces a section may describe: more is damage (each costs memory, and
@@ -61,6 +81,37 @@ impl Parser {
             Ok(_) => Head::Ready(Parser { big_endian, interfaces: Vec::new(), last_ts_ns: 0 }, 0),
             Err(_) => bad(),
         }
+    }
+
+    /// The Enhanced Packet Block at `at` of bytes in memory (what capture
+    /// tools write for every packet), when it is whole and sound and names a
+    /// described interface: (time, link type, data range, packet length, block
+    /// end). `None` leaves the block to [`Parser::record`], which reads every
+    /// kind and says what is wrong; for a block this takes, it finds the same.
+    #[inline(always)]
+    pub(crate) fn whole(
+        &mut self,
+        bytes: &[u8],
+        at: usize,
+    ) -> Option<(i64, LinkType, std::ops::Range<usize>, u32, usize)> {
+        let h: &[u8; 28] = bytes.get(at..at + 28)?.try_into().ok()?;
+        let be = self.big_endian;
+        let f = |i: usize| read_u32(&h[i..], be);
+        let (len, caplen) = (f(4), f(20));
+        // The fixed part, the data padded to 4 bytes, then options (which
+        // pcap-parser reads without ever failing, and the walk does not use).
+        if f(0) != EPB || len > MAX_BLOCK || u64::from(len) < EPB_FRAME as u64 + u64::from(caplen).next_multiple_of(4) {
+            return None;
+        }
+        let end = at + len as usize;
+        if read_u32(bytes.get(end - 4..end)?, be) != len {
+            return None;
+        }
+        let iface = self.interfaces.get(f(8) as usize)?;
+        let ts_ns = iface.ts_ns(f(12), f(16));
+        self.last_ts_ns = ts_ns;
+        let from = at + 28;
+        Some((ts_ns, iface.link, from..from + caplen as usize, f(24), end))
     }
 
     /// The block at the start of `buf`.
@@ -120,15 +171,15 @@ impl Parser {
                 self.interfaces.push(Interface {
                     link: LinkType(u32::from(idb.linktype.0 as u16)),
                     units_per_sec,
-                    offset_s: idb.if_tsoffset,
+                    ns_per_unit: (1_000_000_000 % units_per_sec == 0).then(|| 1_000_000_000 / units_per_sec),
+                    // pcap-parser reads the offset little-endian whatever the section's order.
+                    offset_s: if self.big_endian { idb.if_tsoffset.swap_bytes() } else { idb.if_tsoffset },
                 });
                 Record::Skip
             }
             Block::EnhancedPacket(epb) => match self.interfaces.get(epb.if_id as usize) {
                 Some(iface) => {
-                    let units = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
-                    let ns = (u128::from(units) * 1_000_000_000 / u128::from(iface.units_per_sec)) as i64;
-                    let ts_ns = ns.saturating_add(iface.offset_s.saturating_mul(1_000_000_000));
+                    let ts_ns = iface.ts_ns(epb.ts_high, epb.ts_low);
                     self.last_ts_ns = ts_ns;
                     let data = &epb.data[..(epb.caplen as usize).min(epb.data.len())];
                     Record::Packet { ts_ns, link: iface.link, data, orig_len: epb.origlen }
@@ -211,6 +262,93 @@ mod tests {
         epb(&mut b, 0, 3, b"second");
         epb(&mut b, 0, 4, b"third");
         (b, spb_at, bad_at)
+    }
+
+    /// A section in either byte order: interface 0 in µs, interface 1 in
+    /// 2⁻²⁰ s with a time offset; packets on both, one cut short by the
+    /// snap length, one with an option, one with a damaged option, one naming
+    /// interface 7, a simple packet; then a section in the other order.
+    fn sections(big_endian: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        for be in [big_endian, !big_endian] {
+            let u16b = |v: u16| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+            let u32b = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+            let block = |out: &mut Vec<u8>, kind: u32, body: &[u8]| {
+                let len = (body.len().next_multiple_of(4) + 12) as u32;
+                out.extend_from_slice(&u32b(kind));
+                out.extend_from_slice(&u32b(len));
+                out.extend_from_slice(body);
+                out.resize(out.len() + body.len().next_multiple_of(4) - body.len(), 0);
+                out.extend_from_slice(&u32b(len));
+            };
+            let mut shb = u32b(0x1a2b_3c4d).to_vec();
+            shb.extend_from_slice(&u16b(1));
+            shb.extend_from_slice(&u16b(0));
+            shb.extend_from_slice(&(-1i64).to_le_bytes());
+            block(&mut out, 0x0a0d_0d0a, &shb);
+            let idb = |opts: &[u8]| [&u16b(1)[..], &[0, 0], &u32b(65535), opts].concat();
+            block(&mut out, 1, &idb(&[]));
+            let offset = [&u16b(14)[..], &u16b(8), &if be { 7i64.to_be_bytes() } else { 7i64.to_le_bytes() }].concat();
+            block(&mut out, 1, &idb(&[&u16b(9)[..], &u16b(1), &[0x80 | 20, 0, 0, 0], &offset, &[0; 4]].concat()));
+            let epb = |out: &mut Vec<u8>, iface: u32, ts: u32, data: &[u8], orig: u32, opts: &[u8]| {
+                let mut b = Vec::new();
+                for v in [iface, 1, ts, data.len() as u32, orig] {
+                    b.extend_from_slice(&u32b(v));
+                }
+                b.extend_from_slice(data);
+                b.resize(b.len().next_multiple_of(4), 0);
+                b.extend_from_slice(opts);
+                block(out, 6, &b);
+            };
+            epb(&mut out, 0, 1_000_001, b"first packet", 12, &[]);
+            epb(&mut out, 1, 3 << 20, b"on the binary clock", 19, &[]);
+            epb(&mut out, 0, 1_000_003, b"cut by the snap length", 1500, &[]);
+            epb(&mut out, 0, 1_000_004, b"flags", 5, &[&u16b(2)[..], &u16b(4), &u32b(1), &[0; 4]].concat());
+            // An option claiming more bytes than the block has: pcap-parser stops reading options there.
+            epb(&mut out, 0, 1_000_005, b"bad option", 10, &[&u16b(2)[..], &u16b(200), &u32b(1)].concat());
+            epb(&mut out, 7, 1_000_005, b"names interface 7", 17, &[]);
+            block(&mut out, 3, &[&u32b(6)[..], b"simple"].concat());
+            epb(&mut out, 1, 5 << 20, b"last", 4, &[]);
+        }
+        out
+    }
+
+    /// A walk's packets, damage and skipped blocks, by the quick path where it
+    /// applies or by the general walk alone.
+    fn walked(bytes: &[u8], quick: bool) -> Result<String, String> {
+        let mut p = Packets::new(bytes).map_err(|e| e.to_string())?;
+        let mut out = String::new();
+        loop {
+            let pkt = if quick { p.next() } else { p.next_general() };
+            let Some(pkt) = pkt else { break };
+            out += &format!("{} {} {} {:?} {}\n", pkt.frame, pkt.ts_ns, pkt.link.0, pkt.data, pkt.orig_len);
+        }
+        Ok(format!("{out}{:?} {:?} {}", p.damage().map(|d| (d.offset, &d.what)), p.undeclared(), p.offset()))
+    }
+
+    /// The quick path for enhanced packet blocks finds what the general walk
+    /// finds, for files in both byte orders with any byte changed, and cut anywhere.
+    #[test]
+    fn the_quick_block_is_the_general_one() {
+        for big_endian in [false, true] {
+            let file = sections(big_endian);
+            let whole = walked(&file, true).unwrap();
+            assert_eq!(whole.lines().count(), 15, "14 packets, then the ending: {whole}");
+            // 2³² + 3 × 2²⁰ units of 2⁻²⁰ s, 7 s later: in both byte orders.
+            assert_eq!(whole.matches(" 4106000000000 ").count(), 2, "{whole}");
+            let mut variants = Vec::new();
+            for at in 0..file.len() {
+                for x in [0, 1, 0x20, 0xff, file[at] ^ 4] {
+                    let mut v = file.clone();
+                    v[at] = x;
+                    variants.push(v);
+                }
+                variants.push(file[..at].to_vec());
+            }
+            for v in &variants {
+                assert_eq!(walked(v, true), walked(v, false));
+            }
+        }
     }
 
     #[test]

@@ -44,6 +44,57 @@ enum Parser {
     PcapNg(pcapng::Parser),
 }
 
+/// What [`Parser::quick`] reads of a record: (time, link type, data range,
+/// packet length, record end).
+type Quick = (i64, LinkType, std::ops::Range<usize>, u32, usize);
+
+/// [`Packets::next_unless`]'s loop, for records that `quick` reads; `None`
+/// where it reads none (then the general walk goes on).
+#[inline(always)]
+fn pass_over<'s>(
+    s: &mut Slice<'s>,
+    walk: &mut Walk,
+    every: u64,
+    until: u64,
+    mut pass: impl FnMut(LinkType, &[u8]) -> bool,
+    mut quick: impl FnMut(&mut Parser, &'s [u8], usize) -> Option<Quick>,
+) -> Option<(Packet<'s>, bool)> {
+    while !walk.done
+        && let Some((ts_ns, link, range, orig_len, end)) = quick(&mut walk.parser, s.bytes, s.pos)
+        && s.check(end).is_ok()
+    {
+        s.pos = end;
+        if s.next_window() {
+            walk.crossed_window();
+        }
+        walk.frame += 1;
+        let frame = walk.frame;
+        let data = &s.bytes[range];
+        let asked = frame & (every - 1) != 0 && frame != 1 && frame < until;
+        if !asked || !pass(link, data) {
+            return Some((Packet { frame, ts_ns, link, data, orig_len }, asked));
+        }
+    }
+    None
+}
+
+impl Parser {
+    /// The record at `at` of bytes in memory when it is a whole, sound
+    /// packet record (pcap) or enhanced packet block (pcapng): (time, link
+    /// type, data range, packet length, record end). `None` leaves it to the
+    /// general walk.
+    #[inline(always)]
+    fn quick(&mut self, bytes: &[u8], at: usize) -> Option<Quick> {
+        match self {
+            Parser::Pcap(p) => p.whole(bytes, at).map(|(ts_ns, range, orig_len)| {
+                let end = range.end;
+                (ts_ns, p.link(), range, orig_len, end)
+            }),
+            Parser::PcapNg(p) => p.whole(bytes, at),
+        }
+    }
+}
+
 /// The packets of a capture, one at a time (each borrowed until the next).
 /// Stops at the first damaged record; [`Packets::damage`] then says where and why.
 pub struct Packets<'a> {
@@ -130,19 +181,17 @@ impl<'a> Packets<'a> {
     #[inline(always)]
     #[allow(clippy::should_implement_trait)] // a lending iterator: the packet borrows the walk
     pub fn next(&mut self) -> Option<Packet<'_>> {
-        // Most records: a whole, sound pcap record in memory (the mapped file,
-        // or already in a stream's buffer), read without the general walk
-        // (which reads the rest, refills, and says what is damaged).
-        if let Parser::Pcap(pcap) = &self.walk.parser
-            && !self.walk.done
-        {
-            let link = pcap.link();
+        // Most records: a whole, sound pcap record or pcapng packet block in
+        // memory (the mapped file, or already in a stream's buffer), read
+        // without the general walk (which reads the rest, refills, and says
+        // what is damaged).
+        if !self.walk.done {
             match &mut self.src {
                 Source::Slice(s) => {
-                    if let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
-                        && s.check(range.end).is_ok()
+                    if let Some((ts_ns, link, range, orig_len, end)) = self.walk.parser.quick(s.bytes, s.pos)
+                        && s.check(end).is_ok()
                     {
-                        s.pos = range.end;
+                        s.pos = end;
                         if s.next_window() {
                             self.walk.crossed_window();
                         }
@@ -152,8 +201,8 @@ impl<'a> Packets<'a> {
                     }
                 }
                 Source::Stream(s) => {
-                    if let Some((ts_ns, range, orig_len)) = pcap.whole(s.storage(), s.cursor()) {
-                        s.consume(range.end - s.cursor());
+                    if let Some((ts_ns, link, range, orig_len, end)) = self.walk.parser.quick(s.storage(), s.cursor()) {
+                        s.consume(end - s.cursor());
                         self.walk.frame += 1;
                         return Some(self.buffered(ts_ns, link, range, orig_len));
                     }
@@ -172,46 +221,42 @@ impl<'a> Packets<'a> {
         Packet { frame: self.walk.frame, ts_ns, link, data, orig_len }
     }
 
-    /// Like [`Packets::next`], but passes over the whole records of a pcap
-    /// file in memory whose frame `pass` says to (given its link type and
-    /// data), except every `every`-th frame (a power of two), the first, and
-    /// those from frame `until` on. The flag says whether `pass` was asked
-    /// about the packet (and said no).
+    /// Like [`Packets::next`], but passes over the whole records (pcap) or
+    /// enhanced packet blocks (pcapng) of a file in memory whose frame `pass`
+    /// says to (given its link type and data), except every `every`-th frame
+    /// (a power of two), the first, and those from frame `until` on. The flag
+    /// says whether `pass` was asked about the packet (and said no).
     #[inline(always)]
     pub fn next_unless(
         &mut self,
         every: u64,
         until: u64,
-        mut pass: impl FnMut(LinkType, &[u8]) -> bool,
+        pass: impl FnMut(LinkType, &[u8]) -> bool,
     ) -> Option<(Packet<'_>, bool)> {
-        if let Source::Slice(s) = &mut self.src
-            && let Parser::Pcap(pcap) = &self.walk.parser
-        {
-            let pcap = *pcap;
-            let link = pcap.link();
-            while !self.walk.done
-                && let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
-                && s.check(range.end).is_ok()
-            {
-                s.pos = range.end;
-                if s.next_window() {
-                    self.walk.crossed_window();
+        if let Source::Slice(s) = &mut self.src {
+            let found = match &self.walk.parser {
+                // The pcap parser is copied out of the walk: its loop then keeps it in registers.
+                Parser::Pcap(pcap) => {
+                    let (pcap, link) = (*pcap, pcap.link());
+                    pass_over(s, &mut self.walk, every, until, pass, |_, bytes, at| {
+                        let (ts_ns, range, orig_len) = pcap.whole(bytes, at)?;
+                        let end = range.end;
+                        Some((ts_ns, link, range, orig_len, end))
+                    })
                 }
-                self.walk.frame += 1;
-                let frame = self.walk.frame;
-                let data = &s.bytes[range];
-                let asked = frame & (every - 1) != 0 && frame != 1 && frame < until;
-                if !asked || !pass(link, data) {
-                    return Some((Packet { frame, ts_ns, link, data, orig_len }, asked));
-                }
+                Parser::PcapNg(_) => pass_over(s, &mut self.walk, every, until, pass, Parser::quick),
+            };
+            if found.is_some() {
+                return found;
             }
         }
         self.next().map(|p| (p, false))
     }
 
-    /// The next packet by the general walk: streams, pcapng, damage.
+    /// The next packet by the general walk: what the quick paths leave
+    /// (other blocks, damage, bytes a stream has yet to read).
     #[inline(never)]
-    fn next_general(&mut self) -> Option<Packet<'_>> {
+    pub(crate) fn next_general(&mut self) -> Option<Packet<'_>> {
         match &mut self.src {
             Source::Slice(s) => self.walk.next_in(s),
             Source::Stream(s) => self.walk.next_in(s),
