@@ -95,23 +95,27 @@ impl Parser {
         at: usize,
     ) -> Option<(i64, LinkType, std::ops::Range<usize>, u32, usize)> {
         let h: &[u8; 28] = bytes.get(at..at + 28)?.try_into().ok()?;
-        let be = self.big_endian;
-        let f = |i: usize| read_u32(&h[i..], be);
-        let (len, caplen) = (f(4), f(20));
+        let le = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        // One branch on the byte order for all seven fields.
+        let mut f = [le(0), le(4), le(8), le(12), le(16), le(20), le(24)];
+        if self.big_endian {
+            f = f.map(u32::swap_bytes);
+        }
+        let [kind, len, iface, ts_high, ts_low, caplen, orig_len] = f;
         // The fixed part, the data padded to 4 bytes, then options (which
         // pcap-parser reads without ever failing, and the walk does not use).
-        if f(0) != EPB || len > MAX_BLOCK || u64::from(len) < EPB_FRAME as u64 + u64::from(caplen).next_multiple_of(4) {
+        if kind != EPB || len > MAX_BLOCK || u64::from(len) < EPB_FRAME as u64 + u64::from(caplen).next_multiple_of(4) {
             return None;
         }
         let end = at + len as usize;
-        if read_u32(bytes.get(end - 4..end)?, be) != len {
+        if read_u32(bytes.get(end - 4..end)?, self.big_endian) != len {
             return None;
         }
-        let iface = self.interfaces.get(f(8) as usize)?;
-        let ts_ns = iface.ts_ns(f(12), f(16));
+        let iface = self.interfaces.get(iface as usize)?;
+        let ts_ns = iface.ts_ns(ts_high, ts_low);
         self.last_ts_ns = ts_ns;
         let from = at + 28;
-        Some((ts_ns, iface.link, from..from + caplen as usize, f(24), end))
+        Some((ts_ns, iface.link, from..from + caplen as usize, orig_len, end))
     }
 
     /// The block at the start of `buf`.
