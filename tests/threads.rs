@@ -372,8 +372,8 @@ impl Rng {
 
 /// Damaged and oddly captured copies of every capture in tests/data (frames
 /// cut as a snap length cuts them, header bytes changed, frames dropped,
-/// repeated, swapped or moved back in time), written as pcap: one thread and
-/// several still make the same report. (Fuzzing found a frame cut by the
+/// repeated, swapped or moved back in time), written as pcap or pcapng: one
+/// thread and several still make the same report. (Fuzzing found a frame cut by the
 /// snap length going to the wrong shard this way.)
 #[test]
 fn mutated_captures_report_the_same_on_one_two_and_three_threads() {
@@ -418,22 +418,47 @@ fn mutated_captures_report_the_same_on_one_two_and_three_threads() {
             if m == 2 {
                 frames.remove(rng.below(frames.len()));
             }
-            // pcap, little-endian, ns timestamps, the capture's link type.
+            // The second as pcapng (one interface in ns), the others as pcap (ns timestamps).
             let mut out = Vec::new();
-            out.extend_from_slice(&0xa1b2_3c4d_u32.to_le_bytes());
-            out.extend_from_slice(&[2, 0, 4, 0]);
-            for v in [0u32, 0, 262_144, link.0] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            for (ts, data, orig) in &frames {
-                let (s, ns) = (ts.div_euclid(1_000_000_000), ts.rem_euclid(1_000_000_000));
-                for v in [s as u32, ns as u32, data.len() as u32, (*orig).max(data.len() as u32)] {
+            let ng = m == 1;
+            if ng {
+                let mut shb = 0x1a2b_3c4d_u32.to_le_bytes().to_vec();
+                shb.extend_from_slice(&[1, 0, 0, 0]);
+                shb.extend_from_slice(&(-1i64).to_le_bytes());
+                block(&mut out, 0x0a0d_0d0a, &shb);
+                let mut idb = (link.0 as u16).to_le_bytes().to_vec();
+                // Snap length 0, then if_tsresol = 9 and the end of options.
+                idb.extend_from_slice(&[0, 0, 0, 0, 0, 0, 9, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+                block(&mut out, 1, &idb);
+            } else {
+                out.extend_from_slice(&0xa1b2_3c4d_u32.to_le_bytes());
+                out.extend_from_slice(&[2, 0, 4, 0]);
+                for v in [0u32, 0, 262_144, link.0] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
-                out.extend_from_slice(data);
             }
-            let name = format!("{}-{m}.pcap", f.file_stem().unwrap().to_string_lossy());
-            same_on_any_threads(&write(dir.path(), &name, &out));
+            for (ts, data, orig) in &frames {
+                let orig = (*orig).max(data.len() as u32);
+                if ng {
+                    let mut b = Vec::new();
+                    for v in [0, (*ts as u64 >> 32) as u32, *ts as u32, data.len() as u32, orig] {
+                        b.extend_from_slice(&v.to_le_bytes());
+                    }
+                    b.extend_from_slice(data);
+                    block(&mut out, 6, &b);
+                } else {
+                    let (s, ns) = (ts.div_euclid(1_000_000_000), ts.rem_euclid(1_000_000_000));
+                    for v in [s as u32, ns as u32, data.len() as u32, orig] {
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
+                    out.extend_from_slice(data);
+                }
+            }
+            let name =
+                format!("{}-{m}.{}", f.file_stem().unwrap().to_string_lossy(), if ng { "pcapng" } else { "pcap" });
+            let r = same_on_any_threads(&write(dir.path(), &name, &out));
+            assert_eq!(r["inputs"][0]["format"], if ng { "pcapng" } else { "pcap" });
+            assert!(r["inputs"][0]["packets"].as_u64() >= Some(frames.len() as u64 / 2), "{}", r["inputs"][0]);
             made += 1;
         }
     }
