@@ -6,8 +6,9 @@
 //!
 //! Three layers: [`clean`] where such a string enters a sentence or a table,
 //! [`terminal`] over every text output as a backstop (only this program's own
-//! colour sequences pass), and [`json`] over JSON output (serde_json already
-//! escapes C0; C1 and bidi controls are escaped too, which keeps it valid JSON).
+//! colour sequences pass; [`document`] is the same for the HTML reports, where
+//! none do), and [`json`] over JSON output (serde_json already escapes C0; C1
+//! and bidi controls are escaped too, which keeps it valid JSON).
 //! Producers use [`clean`] for the sentences they put in records, renderers
 //! for their tables, whoever writes output the other two: one definition of a
 //! control character for all of them, so none of them owns it.
@@ -56,16 +57,30 @@ const OWN_SGR: [&str; 5] = ["\x1b[0m", "\x1b[1m", "\x1b[33m", "\x1b[1;31m", "\x1
 /// Text output as a terminal may see it: newlines and tabs kept, this
 /// program's own colour sequences kept, every other control character escaped.
 pub fn terminal(s: &str) -> Cow<'_, str> {
-    let bad = |(i, c): (usize, char)| is_control(c) && c != '\n' && c != '\t' && !own_sgr(&s[i..]);
+    lines(s, &OWN_SGR)
+}
+
+/// A document written to a file (the `--html` reports): newlines and tabs
+/// kept, every other control character escaped. The document of its own
+/// holds none, so a browser shows the same page, and `cat` or `less -R` of
+/// the file obeys nothing a server sent.
+pub fn document(s: &str) -> Cow<'_, str> {
+    lines(s, &[])
+}
+
+/// `s` with every control character but newline and tab escaped, except the sequences in `keep`.
+fn lines<'s>(s: &'s str, keep: &[&str]) -> Cow<'s, str> {
+    let kept = |at: &str| keep.iter().find(|q| at.starts_with(**q)).copied();
+    let bad = |(i, c): (usize, char)| is_control(c) && c != '\n' && c != '\t' && kept(&s[i..]).is_none();
     if !s.char_indices().any(bad) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 16);
     let mut rest = s;
     while let Some(c) = rest.chars().next() {
-        if let Some(sgr) = OWN_SGR.iter().find(|q| rest.starts_with(**q)) {
-            out.push_str(sgr);
-            rest = &rest[sgr.len()..];
+        if let Some(q) = kept(rest) {
+            out.push_str(q);
+            rest = &rest[q.len()..];
             continue;
         }
         if is_control(c) && c != '\n' && c != '\t' {
@@ -76,10 +91,6 @@ pub fn terminal(s: &str) -> Cow<'_, str> {
         rest = &rest[c.len_utf8()..];
     }
     Cow::Owned(out)
-}
-
-fn own_sgr(at: &str) -> bool {
-    OWN_SGR.iter().any(|q| at.starts_with(q))
 }
 
 /// JSON text with C1 and bidi controls written as `\uXXXX`. Outside strings
@@ -124,6 +135,14 @@ mod tests {
         assert!(!t.chars().any(|c| is_control(c) && c != '\n'), "{t:?}");
         // A sequence that only starts like ours is escaped.
         assert_eq!(terminal("\x1b[1;3m"), "\\x1b[1;3m");
+    }
+
+    #[test]
+    fn a_document_keeps_lines_and_tabs_only() {
+        assert_eq!(document("<p>\tok</p>\n"), "<p>\tok</p>\n");
+        assert_eq!(document(HOSTILE), "x\\x1b]0;TITLE\\x07\\x1b[2J\\x0d\\x9b31m\\u{202e}gnp.exe\n");
+        // Not even our colours: a report file holds none.
+        assert_eq!(document("\x1b[1;31m"), "\\x1b[1;31m");
     }
 
     #[test]

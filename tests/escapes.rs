@@ -1,8 +1,8 @@
 //! Control characters from the network or from another process never reach a
 //! terminal raw: a server whose `Server:` header retitles the window and
 //! clears the screen (or carries C1 and bidi controls), and a process whose
-//! command line does the same, are shown escaped by analyze, watch, diagnose
-//! and inspect; JSON keeps the raw value, escaped as JSON.
+//! command line does the same, are shown escaped by analyze (text and HTML),
+//! watch, diagnose and inspect; JSON keeps the raw value, escaped as JSON.
 
 mod common;
 
@@ -81,10 +81,13 @@ fn a_hostile_server_header_is_shown_escaped_by_analyze_and_watch() {
     assert!(outs[0].status.success(), "capture: {}", String::from_utf8_lossy(&outs[0].stderr));
 
     let mut analyze = tcpdoctor();
-    analyze.arg("analyze").arg(&pcap);
+    let html = dir.path().join("report.html");
+    analyze.arg("analyze").arg(&pcap).arg("--html").arg(&html);
     let text = run(analyze);
     assert!(text.contains("Nagle + delayed ACK"), "{text}");
     clean("analyze", &text, "x\\x1b]0;TITLE\\x07\\x1b[2J\\x0dnginx");
+    // The HTML report names the server by its header too (a file may be `cat`ed).
+    clean("analyze --html", &std::fs::read_to_string(&html).unwrap(), "x\\x1b]0;TITLE\\x07\\x1b[2J\\x0dnginx");
 
     let watched = String::from_utf8_lossy(&outs[1].stdout);
     assert!(watched.contains("VERDICT (whole run)"), "{watched}");
@@ -106,11 +109,14 @@ fn diagnose_and_inspect_show_c1_bidi_and_command_lines_escaped() {
     let port = free_port();
     let srv = server(port, C1_BIDI);
     let url = format!("http://127.0.0.1:{port}/");
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("diagnose.html");
     let mut d = tcpdoctor();
-    d.args(["diagnose", &url, "-d", "1s"]);
+    d.args(["diagnose", &url, "-d", "1s", "--html"]).arg(&html);
     let text = run(d);
     assert!(text.contains("VERDICT"), "{text}");
     clean("diagnose", &text, "Server: x\\x9b2J\\u{202e}xnign");
+    clean("diagnose --html", &std::fs::read_to_string(&html).unwrap(), "x\\x9b2J\\u{202e}xnign");
 
     let mut j = tcpdoctor();
     j.args(["diagnose", &url, "-d", "1s", "--json", "--no-inspect"]);

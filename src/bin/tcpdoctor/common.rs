@@ -79,12 +79,13 @@ pub fn html_file(path: &Option<PathBuf>) -> Result<Option<OutputFile>, ExitCode>
     }
 }
 
-/// Writes the HTML report and says where on stderr (stdout keeps the text or
-/// JSON); `code` is the exit code unless the file cannot be written.
+/// Writes the HTML report (with any control character a server or process
+/// slipped into it escaped) and says where on stderr (stdout keeps the text
+/// or JSON); `code` is the exit code unless the file cannot be written.
 pub fn write_html(file: Option<OutputFile>, html: impl FnOnce() -> String, code: u8) -> ExitCode {
     let Some(mut f) = file else { return ExitCode::from(code) };
     let p = f.path().display().to_string();
-    match f.write_all(html().as_bytes()).and_then(|()| f.commit()) {
+    match f.write_all(tcpdoctor::escape::document(&html()).as_bytes()).and_then(|()| f.commit()) {
         Ok(()) => {
             eprintln!("tcpdoctor: HTML report written to {p}");
             ExitCode::from(code)
