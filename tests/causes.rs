@@ -179,6 +179,55 @@ fn a_path_that_is_the_exchange_time_is_network_latency() {
     }
 }
 
+/// `name` with every frame cut to `snap` bytes, as `tcpdump -s SNAP` keeps it (pcap, µs).
+fn cut_to(dir: &std::path::Path, name: &str, snap: usize) -> std::path::PathBuf {
+    let bytes = std::fs::read(data(name)).unwrap();
+    let (packets, _) = tcpdoctor::capture::all_packets(&bytes).unwrap();
+    let mut out = Vec::new();
+    for v in [0xa1b2_c3d4_u32, 0x0004_0002, 0, 0, snap as u32, packets[0].link.0] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    for p in &packets {
+        let data = &p.data[..p.data.len().min(snap)];
+        let (s, us) = (p.ts_ns / 1_000_000_000, p.ts_ns % 1_000_000_000 / 1000);
+        for v in [s as u32, us as u32, data.len() as u32, p.orig_len] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(data);
+    }
+    let path = dir.join(format!("{snap}-{}", name.replace('/', "-")));
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+/// Cut to 68 bytes a frame (`tcpdump -s 68`), curl's heads keep 2 bytes of
+/// their request line: whether they asked `Expect: 100-continue` cannot be
+/// read, so no finding, and a warning says so (at 96 bytes the request line
+/// is whole and the wait is inferred from the head's shape). GETs cut as
+/// short warn of nothing: they have no body to wait for.
+#[test]
+fn a_snap_length_that_hides_the_request_line_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let says = |r: &Report| r.warnings.iter().any(|w| w.contains("cut by the capture's snap length"));
+    let r = common::run_path(&cut_to(dir.path(), "rtt/expect_100.pcap", 68));
+    assert!(kinds(&r).is_empty(), "{:#?}", r.findings);
+    let w: Vec<&String> = r.warnings.iter().filter(|w| w.contains("snap length")).collect();
+    assert_eq!(w.len(), 1, "{:?}", r.warnings);
+    assert!(
+        w[0].contains("5 requests were cut")
+            && w[0].contains("at most 2 bytes")
+            && w[0].contains("Expect: 100-continue"),
+        "{}",
+        w[0]
+    );
+    let r = common::run_path(&cut_to(dir.path(), "rtt/expect_100.pcap", 96));
+    assert_eq!(kinds(&r), ["expect_100_continue"], "{:#?}", r.findings);
+    assert!(!says(&r), "{:?}", r.warnings);
+    let r = common::run_path(&cut_to(dir.path(), "wwr_nagle.pcap", 68));
+    assert_eq!(nagle(&r).len(), 1, "{:#?}", r.findings);
+    assert!(!says(&r), "{:?}", r.warnings);
+}
+
 /// The same causes across the delay bridge, 5 ms each way: curl's unanswered
 /// Expect (its head cut by the snap length after the header) and 3 % loss
 /// with Nagle captured at both ends.

@@ -249,6 +249,9 @@ pub(crate) struct FileResult {
     pub(crate) conns: Vec<record::Connection>,
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
+    /// Requests whose head the snap length cut before the end of its request
+    /// line: how many, the first one's frame, the most payload bytes kept of one.
+    pub(crate) heads_unread: (u64, u64, u32),
     /// Connections whose roles were swapped by later evidence after something
     /// was observed, or contradicted by content; the first to close of each
     /// (when it closed, its id, the frame).

@@ -148,6 +148,10 @@ impl<'o> Collector<'o> {
                     None => self.r.dropped += 1,
                 }
             }
+            Observation::HeadUnread { frame, kept } => {
+                let h = &mut self.r.heads_unread;
+                *h = (h.0 + 1, if h.0 == 0 { frame } else { h.1.min(frame) }, h.2.max(kept));
+            }
             Observation::ZeroWindow { from, duration_ns, frames } => {
                 st.lost_ns = st.lost_ns.saturating_add(duration_ns);
                 match bounded_entry(&mut self.r.zero, (info.server, from)) {

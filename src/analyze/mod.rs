@@ -146,6 +146,14 @@ fn finish_file(cap: &Capture, w: Walked) -> Result<FileResult, InputError> {
             cap.name, r.guessed_roles
         ));
     }
+    if let (n, first, kept) = r.heads_unread
+        && n > 0
+    {
+        r.warnings.push(format!(
+            "{}: {n} requests were cut by the capture's snap length before the end of their request line (first: frame {first}; at most {kept} bytes of payload kept): whether they asked for `Expect: 100-continue` could not be read, so a wait for a `100 Continue` counts as the client's own time there; capture whole frames (`tcpdump -s 0`) to tell",
+            cap.name
+        ));
+    }
     if let (n, Some((_, id, frame))) = &r.roles_corrected {
         r.warnings.push(format!(
             "{}: {n} connections started before the capture had their client and server swapped by later evidence (first: connection {id}, frame {frame}); what was found before the swap was counted with the roles the other way round",

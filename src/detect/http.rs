@@ -30,6 +30,20 @@ pub fn is_request(payload: &[u8]) -> bool {
     payload.len() > line.len() && line.first().is_some_and(u8::is_ascii_uppercase) && line.ends_with(b" HTTP/1.1")
 }
 
+/// Whether a request's first segment, cut by the snap length to `payload`,
+/// kept too little to read its request line: nothing, or text with no line
+/// break yet, unless its first letter already makes it a GET or HEAD (no
+/// body, nothing to wait for). (A TLS record starts with a byte below `A`:
+/// its own reader says what it could read.)
+#[cold]
+pub fn head_unread(payload: &[u8]) -> bool {
+    match payload.first() {
+        None => true,
+        Some(b'G' | b'H') => false,
+        Some(b) => b.is_ascii_uppercase() && !payload.contains(&b'\n'),
+    }
+}
+
 /// Whether a request's first segment (`wire_len` bytes, of which `payload`
 /// was captured) is a head that may wait for `100 Continue` before its body:
 /// `Some(true)` when the head is whole, asks `Expect: 100-continue` and
@@ -73,6 +87,17 @@ pub fn expect_continue(payload: &[u8], wire_len: u32) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_cut_before_its_request_line_ends_is_unread() {
+        assert!(head_unread(b""));
+        assert!(head_unread(b"PO"));
+        assert!(head_unread(b"POST /upload HTTP/1."));
+        assert!(!head_unread(b"POST /upload HTTP/1.1\r\nHo"), "the line is whole");
+        assert!(!head_unread(b"GE"), "a GET has no body to wait for");
+        assert!(!head_unread(b"HE"));
+        assert!(!head_unread(&[0x16, 0x03, 0x01]), "TLS");
+    }
 
     #[test]
     fn finds_expect_100_continue_in_a_whole_request_head() {

@@ -170,6 +170,15 @@ pub enum Observation {
         /// head before it and the shape alone says so).
         header_seen: bool,
     },
+    /// A request's first segment was cut by the capture's snap length before
+    /// the end of its request line: whether it asked for `100 Continue` (or
+    /// anything else its head says) cannot be read.
+    HeadUnread {
+        /// Frame of the segment.
+        frame: u64,
+        /// Payload bytes captured of it.
+        kept: u32,
+    },
     /// A side advertised a zero receive window, stalling its peer.
     ZeroWindow {
         /// The side that could not take more data.
@@ -249,10 +258,15 @@ impl Detectors {
             }
             out.observe(Observation::Stall(*s));
         }
-        if let EventKind::Data { class: DataClass::New, .. } = ev.kind
-            && let Some(o) = self.expect.step(info, ev, payload, !self.exchanges.in_request())
-        {
-            out.observe(o);
+        if let EventKind::Data { class: DataClass::New, len, .. } = ev.kind {
+            let starts = !self.exchanges.in_request();
+            if let Some(o) = self.expect.step(info, ev, payload, starts) {
+                out.observe(o);
+            }
+            // Rare (a frame cut by the snap length), so looked at further only then.
+            if payload.len() < len as usize && starts && ev.from == Side::Client && http::head_unread(payload) {
+                out.observe(Observation::HeadUnread { frame: ev.frame, kept: payload.len() as u32 });
+            }
         }
         let rtt = [info.rtt_to(Side::Client), info.rtt_to(Side::Server)];
         if let Some(x) = self.exchanges.step(ev, stall.as_ref(), release, rtt, app) {

@@ -65,7 +65,7 @@ pub(super) fn finding(info: &ConnInfo, kind: Kind, from: Side, ns: i64, o: Obser
             from.other().name(),
             from.name(),
         ),
-        Observation::Exchange(_) | Observation::ExpectWait { .. } => String::new(),
+        Observation::Exchange(_) | Observation::ExpectWait { .. } | Observation::HeadUnread { .. } => String::new(),
     };
     Finding {
         ts_ns: 0,

@@ -179,8 +179,9 @@ impl WatchSink {
         let named = self.slots.list[slot as usize].ep.is_some();
         let (kind, from, ns) = match o {
             Observation::Exchange(x) => return self.exchange(info, slot, &x),
-            // analyze only: a request's head and body are not live lines yet.
-            Observation::ExpectWait { .. } => return,
+            // analyze only: a request's head and body are not live lines yet;
+            // a live capture keeps whole frames.
+            Observation::ExpectWait { .. } | Observation::HeadUnread { .. } => return,
             Observation::Stall(s) => {
                 // Client endpoints come and go with their ports: only servers are kept by name.
                 if named && s.nagle == Side::Server {
