@@ -16,6 +16,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+. "$HERE/lib.sh"
 ROOT=$(cd "$HERE/.." && pwd)
 BIG=${1:-$HERE/out/big.pcap}
 RUNS=${RUNS:-5}
@@ -35,23 +37,9 @@ trap 'rm -rf "$TMP"' EXIT
 NG=$TMP/big.pcapng
 editcap -F pcapng "$BIG" "$NG"
 
-# run NAME CMD...: one run under bench/timed.py, appended to $TMP/NAME as "wall_s cpu_s peak_kb".
-# Exit 4 ("partial": a packet cut at the end) is still a valid timing.
-run() {
-    local name=$1 rc=0
-    shift
-    timeout 600 python3 "$HERE/timed.py" "$TMP/time" "$@" > /dev/null 2> "$TMP/stderr" || rc=$?
-    if [ "$rc" -ne 0 ] && [ "$rc" -ne 4 ]; then
-        echo "command failed (exit $rc): $*" >&2; cat "$TMP/stderr" >&2; exit 1
-    fi
-    cat "$TMP/time" >> "$TMP/$name"
-    tail -n 1 "$TMP/$name" | awk -v n="$name" '{printf "   %-14s %7.3f s wall %7.3f s CPU %8d KB peak RSS\n", n, $1, $2, $3}'
-}
-
-# median NAME COLUMN
-median() {
-    sort -g -k"$2" "$TMP/$1" | awk -v c="$2" '{v[NR]=$c} END {print v[int((NR+1)/2)]}'
-}
+# run NAME CMD… and median NAME COLUMN: bench/lib.sh's, on this script's directory.
+run() { timed "$TMP" "$@"; }
+median() { column_median "$TMP/$1" "$2"; }
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(uname -r)"
 echo "== binary: $TCPDOCTOR${BEFORE:+ (before: $BEFORE)}"

@@ -51,6 +51,25 @@ timed_run() {
         END {print rps, n, cpu}'
 }
 
+# timed DIR NAME CMD…: one run of CMD under bench/timed.py, its "wall_s cpu_s peak_kb"
+# appended to DIR/NAME and printed. Exit 4 (tcpdoctor's "partial": a packet cut at
+# the end) is still a valid timing; any other failure ends the script.
+timed() {
+    local dir=$1 name=$2 rc=0
+    shift 2
+    timeout 600 python3 "$(dirname "${BASH_SOURCE[0]}")/timed.py" "$dir/time" "$@" > /dev/null 2> "$dir/stderr" || rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 4 ]; then
+        echo "command failed (exit $rc): $*" >&2; cat "$dir/stderr" >&2; exit 1
+    fi
+    cat "$dir/time" >> "$dir/$name"
+    tail -n 1 "$dir/$name" | awk -v n="$name" '{printf "   %-14s %7.3f s wall %7.3f s CPU %8d KB peak RSS\n", n, $1, $2, $3}'
+}
+
+# column_median FILE COLUMN: the median of one column of FILE's lines.
+column_median() {
+    sort -g -k"$2" "$1" | awk -v c="$2" '{v[NR]=$c} END {print v[int((NR+1)/2)]}'
+}
+
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 # wrk_vs_bench ROUNDS DUR URL RPS_TARGET CPU_TARGET [BENCH_ARGS…]: `wrk -t1 -c50` and

@@ -233,6 +233,21 @@ pub(crate) struct CountAgg {
     pub(crate) examples: Examples,
 }
 
+/// Requests whose head the snap length cut before their request line ended:
+/// (how many, the first one's frame, the most payload bytes kept of one).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HeadsUnread(pub(crate) u64, pub(crate) u64, pub(crate) u32);
+
+impl HeadsUnread {
+    /// Adds `o` (one head, or another shard's count): counts sum, the first frame is the least.
+    pub(crate) fn add(&mut self, o: HeadsUnread) {
+        if o.0 > 0 {
+            let first = if self.0 == 0 { o.1 } else { self.1.min(o.1) };
+            *self = HeadsUnread(self.0 + o.0, first, self.2.max(o.2));
+        }
+    }
+}
+
 /// One file's results, before merging.
 #[derive(Default)]
 pub(crate) struct FileResult {
@@ -249,9 +264,7 @@ pub(crate) struct FileResult {
     pub(crate) conns: Vec<record::Connection>,
     pub(crate) conns_omitted: u64,
     pub(crate) guessed_roles: u64,
-    /// Requests whose head the snap length cut before the end of its request
-    /// line: how many, the first one's frame, the most payload bytes kept of one.
-    pub(crate) heads_unread: (u64, u64, u32),
+    pub(crate) heads_unread: HeadsUnread,
     /// Connections whose roles were swapped by later evidence after something
     /// was observed, or contradicted by content; the first to close of each
     /// (when it closed, its id, the frame).

@@ -2,7 +2,9 @@
 //! folds what they observe into the file's aggregates, connection rows and ladders.
 
 use super::Options;
-use super::agg::{At, FileResult, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg, bounded_entry};
+use super::agg::{
+    At, FileResult, HeadsUnread, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg, bounded_entry,
+};
 use crate::detect::{Detectors, Exchange, Observation, Observer, Stall, Times};
 use crate::record::{self, ExchangeTimes, Ladder, Mark, Row};
 use crate::tcp::table::Totals;
@@ -148,10 +150,7 @@ impl<'o> Collector<'o> {
                     None => self.r.dropped += 1,
                 }
             }
-            Observation::HeadUnread { frame, kept } => {
-                let h = &mut self.r.heads_unread;
-                *h = (h.0 + 1, if h.0 == 0 { frame } else { h.1.min(frame) }, h.2.max(kept));
-            }
+            Observation::HeadUnread { frame, kept } => self.r.heads_unread.add(HeadsUnread(1, frame, kept)),
             Observation::ZeroWindow { from, duration_ns, frames } => {
                 st.lost_ns = st.lost_ns.saturating_add(duration_ns);
                 match bounded_entry(&mut self.r.zero, (info.server, from)) {

@@ -141,10 +141,7 @@ impl FileResult {
         }
         self.flow = self.flow.take().or(f.flow);
         self.guessed_roles += f.guessed_roles;
-        let (a, b) = (&mut self.heads_unread, f.heads_unread);
-        if b.0 > 0 {
-            *a = (a.0 + b.0, if a.0 == 0 { b.1 } else { a.1.min(b.1) }, a.2.max(b.2));
-        }
+        self.heads_unread.add(f.heads_unread);
         for (a, b) in
             [(&mut self.roles_corrected, f.roles_corrected), (&mut self.roles_contradicted, f.roles_contradicted)]
         {

@@ -146,7 +146,7 @@ fn finish_file(cap: &Capture, w: Walked) -> Result<FileResult, InputError> {
             cap.name, r.guessed_roles
         ));
     }
-    if let (n, first, kept) = r.heads_unread
+    if let agg::HeadsUnread(n, first, kept) = r.heads_unread
         && n > 0
     {
         r.warnings.push(format!(
