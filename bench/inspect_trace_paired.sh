@@ -6,7 +6,9 @@
 #
 # One `wrk -t 2 -c 10` (keep-alive) runs against the lab's nginx (`tcp_nodelay on`,
 # one CPU-bound worker) for the whole script. Meanwhile phases of SECONDS follow
-# each other: nothing attached, then an eBPF trace, nothing, the empty programs
+# each other: nothing attached, then an eBPF trace as run by default (`ebpf`:
+# busy TCP_NODELAY sockets sampled after its first 0.5 s), nothing, an eBPF
+# trace of every socket (`all`: --sample all), nothing, the empty programs
 # (TCPDOCTOR_TRACE_EMPTY=1: attached, returning at once; the floor of any trace
 # at these hooks), nothing, … PAIRS times. A traced phase is the trace's own
 # window: from its "tracing pid" line to the SIGINT that ends it (its start-up
@@ -57,7 +59,7 @@ sample() {
 
 # Phases: none, then (ebpf|empty), none, … ; generous wrk duration (each traced
 # phase also waits for the tracer's start-up, ~0.2 s, and its exit).
-PHASES=$((4 * PAIRS + 1))
+PHASES=$((6 * PAIRS + 1))
 DUR=$((PHASES * (SECS + 3) + 10))
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); kernel $(uname -r); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$($TD --version) ($TD); $(/usr/sbin/nginx -v 2>&1); nginx pid $PID at $URL"
@@ -77,10 +79,11 @@ untraced() {
     echo "none $a $b" >>"$WORK/phases"
 }
 traced() { # CASE
-    local empty=0 a b
+    local empty=0 sample=auto a b
     [ "$1" = empty ] && empty=1
+    [ "$1" = all ] && sample=all
     : >"$WORK/err"
-    TCPDOCTOR_TRACE_EMPTY=$empty "$TD" inspect ":$PORT" --trace "$((SECS + 20))s" --method ebpf --json \
+    TCPDOCTOR_TRACE_EMPTY=$empty "$TD" inspect ":$PORT" --trace "$((SECS + 20))s" --method ebpf --sample "$sample" --json \
         >"$WORK/trace.json" 2>"$WORK/err" &
     TRACER=$!
     trace_started "$TRACER" "$WORK/err"
@@ -100,6 +103,8 @@ traced() { # CASE
 untraced
 for _ in $(seq "$PAIRS"); do
     traced ebpf
+    untraced
+    traced all
     untraced
     traced empty
     untraced

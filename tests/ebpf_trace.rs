@@ -190,6 +190,64 @@ fn python_server_with_tcp_nodelay_both_methods_agree_and_nothing_is_held() {
     assert_eq!(errors(&b.finish()), 0);
 }
 
+/// `inspect :PORT --trace D --method ebpf --json` with `more` arguments and
+/// `env`: its `trace` object.
+fn trace_with(port: u16, d: &str, more: &[&str], env: &[(&str, &str)]) -> Value {
+    let mut c = Command::new(BIN);
+    c.args(["inspect", &format!(":{port}"), "--trace", d, "--method", "ebpf", "--json"]).args(more);
+    c.envs(env.iter().copied());
+    let (code, v, err) = parse(run_bounded(c, Duration::from_secs(40)).0);
+    assert_eq!(code, 0, "{err}");
+    v["trace"].clone()
+}
+
+/// A busy server's TCP_NODELAY sockets are sampled once their calls come
+/// faster than a trace keeps (lowered here to 200 a second): from 0.25 s on one
+/// socket in 2, 4, 8… is traced, at least one that inspect read first; the
+/// finding is a full trace's, and the report says what was sampled. Sockets
+/// with Nagle on are never sampled, however busy.
+#[test]
+fn busy_tcp_nodelay_sockets_are_sampled_and_nagle_sockets_never() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    let keep = [("TCPDOCTOR_TRACE_KEEP_PER_S", "200")];
+    let (_srv, port) = wwr_server("wwr", true, 40.0);
+    let b = Bench::start(port, 10.0);
+    let s = trace_with(port, "4s", &[], &keep);
+    let all = trace_with(port, "2s", &["--sample", "all"], &keep);
+    let both = format!("sampled: {s:#}\nall: {all:#}");
+    let c = &s["cost"];
+    let one_in = n(&c["sampled_one_in"]);
+    assert!(one_in >= 2 && one_in.is_power_of_two(), "{both}");
+    assert!((0.25..1.5).contains(&f(&c["sampled_from_s"])), "{both}");
+    assert!(c["text"].as_str().unwrap().contains(&format!("one TCP_NODELAY socket in {one_in} was traced")), "{both}");
+    let said = note(&s, "one such socket in").unwrap_or_else(|| panic!("no note on sampling: {both}"));
+    assert!(said.contains("more than the 200 a trace keeps") && said.contains("`--sample all`"), "{said}");
+    assert_eq!(n(&all["cost"]["sampled_one_in"]), 1, "{both}");
+    assert!(all["cost"]["sampled_from_s"].is_null() && note(&all, "one such socket in").is_none(), "{both}");
+    // The same finding and kinds as every socket traced.
+    assert_eq!(s["found"], false, "{both}");
+    assert_eq!(kinds(&s), kinds(&all), "{both}");
+    // At least one of the four connections was still traced after 0.5 s: the
+    // sample's calls a second stay above what 0.25 s of all four alone gives
+    // (with one socket of four traced for the last 3.75 s: ≈ 0.30 of a full
+    // trace's rate; with none: 0.06).
+    let rate = |t: &Value| n(&t["calls"]) as f64 / f(&t["traced_ms"]);
+    let r = rate(&s) / rate(&all);
+    assert!(r > 0.15, "calls/s ratio {r}: {both}");
+    assert_eq!(errors(&b.finish()), 0);
+
+    let (_srv, port) = wwr_server("wwr", false, 40.0);
+    let b = Bench::start(port, 6.5);
+    let e = trace_with(port, "2s", &[], &keep);
+    assert_eq!(n(&e["cost"]["sampled_one_in"]), 1, "{e:#}");
+    assert_eq!(e["found"], true, "{e:#}");
+    assert!(note(&e, "one such socket in").is_none(), "{e:#}");
+    assert_eq!(errors(&b.finish()), 0);
+}
+
 /// The transmit program comes back for the first held write: a Nagle server
 /// idle while the trace starts (so the program is detached) then loaded
 /// still has its holds followed, not left unseen.

@@ -205,6 +205,7 @@ pub fn start_inspect(port: u16, trace_method: inspect::TraceMethod) -> Inspectin
                     trace,
                     trace_optional: true,
                     trace_method,
+                    trace_sample: inspect::TraceSample::Auto,
                     announce: false,
                 };
                 inspect::inspect(pid, &o).map(Some)

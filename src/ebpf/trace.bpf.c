@@ -166,10 +166,11 @@ struct {
 	__uint(max_entries, 8 << 20);
 } events SEC(".maps");
 
-/* [0] records lost (ring full); userspace counts the ones it receives. */
+/* [0] records lost (ring full); userspace counts the ones it receives.
+ * [1] calls seen on TCP_NODELAY sockets of traced processes (sock only). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
 } counts SEC(".maps");
@@ -198,12 +199,43 @@ struct {
 	__type(value, struct stage);
 } stages SEC(".maps");
 
-static __always_inline void count_lost(__u64 n)
+static __always_inline void count(__u32 i, __u64 n)
 {
-	__u32 i = 0;
 	__u64 *c = bpf_map_lookup_elem(&counts, &i);
 	if (c)
 		*c += n;
+}
+
+static __always_inline void count_lost(__u64 n)
+{
+	count(0, n);
+}
+
+/* {mask, pick}: mask 0 traces every socket. Otherwise, of the sockets with
+ * TCP_NODELAY (and no cork) only those whose hash & mask is pick are.
+ * Userspace sets it once such sockets' calls come faster than a trace
+ * needs: their writes cannot be held by Nagle, and each traced call costs
+ * the process CPU. Sockets with Nagle on, or corked, are always traced. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sampling SEC(".maps");
+
+#define TCP_NAGLE_OFF 1
+#define TCP_NAGLE_CORK 2
+
+/* A socket's hash from its two ports (userspace computes the same one, in
+ * src/inspect/trace/ebpf/sample.rs, to pick a socket it knows). */
+static __always_inline __u32 sock_hash(struct sock *sk)
+{
+	__u32 h = (__u32)__builtin_bswap16(sk->__sk_common.skc_dport) << 16 | sk->__sk_common.skc_num;
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	return h ^ (h >> 16);
 }
 
 #define barrier() asm volatile("" ::: "memory")
@@ -356,14 +388,20 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 	if (!is_traced(tgid))
 		return 0;
 	struct sock *sk = (struct sock *)ctx[0];
-	/* TCP only (its sockets are all SOCK_STREAM); a write needs the TCP fields. */
-	struct tcp_sock *tp = 0;
-	if (dir == C_WRITE) {
-		tp = bpf_skc_to_tcp_sock(sk);
-		if (!tp)
-			return 0;
-	} else if (sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
+	/* TCP only (its sockets are all SOCK_STREAM). */
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
 		return 0;
+	__u8 nonagle = BPF_CORE_READ_BITFIELD(tp, nonagle);
+	/* (The push bit, left by an uncork, does not matter.) */
+	if ((nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) == TCP_NAGLE_OFF) {
+		__u32 zero = 0;
+		__u64 *sm = bpf_map_lookup_elem(&sampling, &zero);
+		__u32 mask = sm ? (__u32)*sm : 0;
+		if (mask && (sock_hash(sk) & mask) != (__u32)(*sm >> 32))
+			return 0;
+		count(1, 1);
+	}
 	struct sent *v = bpf_sk_storage_get(&sk_sent, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!v)
 		return 0;
@@ -404,13 +442,13 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 		.nr = nr,
 		.arg = fd >= 0 ? arg_of(code, regs) : 0,
 	};
-	if (tp) {
+	if (dir == C_WRITE) {
 		rec.seq = tp->write_seq;
 		rec.snd_nxt = tp->snd_nxt;
 		rec.mss = tp->mss_cache;
 		if (tp->packets_out)
 			rec.bits |= B_IN_FLIGHT;
-		rec.bits |= BPF_CORE_READ_BITFIELD(tp, nonagle) << B_NONAGLE_SHIFT;
+		rec.bits |= nonagle << B_NONAGLE_SHIFT;
 		follow(&rec, v);
 	}
 	put(&rec, sizeof(rec));

@@ -25,6 +25,7 @@ mod trace;
 
 pub use trace::MAX_DURATION as MAX_TRACE;
 pub use trace::Method as TraceMethod;
+pub use trace::Sample as TraceSample;
 
 use crate::record::inspect::{Host, InspectReport, Process, Socket, Summary};
 use advice::advice;
@@ -49,6 +50,8 @@ pub struct Options {
     pub trace_optional: bool,
     /// eBPF, ptrace, or eBPF when it loads (the default).
     pub trace_method: TraceMethod,
+    /// Whether an eBPF trace may sample busy TCP_NODELAY sockets (the default) or traces every socket.
+    pub trace_sample: TraceSample,
     /// Say on stderr when the trace's window begins (the command line's
     /// `inspect --trace`: a script can start its load then).
     pub announce: bool,
@@ -62,6 +65,7 @@ impl Default for Options {
             trace: None,
             trace_optional: false,
             trace_method: TraceMethod::Auto,
+            trace_sample: TraceSample::Auto,
             announce: false,
         }
     }
@@ -399,6 +403,7 @@ fn trace_process(
         duration: d.min(MAX_TRACE),
         port: opts.port,
         method: opts.trace_method,
+        sample: opts.trace_sample,
         announce: opts.announce,
     };
     trace::run(req, crate::interrupt::flag()).map_err(|e| match e {

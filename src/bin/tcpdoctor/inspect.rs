@@ -20,7 +20,9 @@ process that exits during the window is still reported, flagged as exited.
 --trace D records the process's reads and writes on TCP sockets for D (at most 60 s), then leaves it as it was. \
 With eBPF (the default where it loads: Linux >= 5.11 with BTF, x86_64, CAP_BPF and CAP_PERFMON or root) programs \
 at the kernel's socket tracepoints record them and the process never stops; the kernel also says, for each write, \
-whether its bytes left during the call or were held (by Nagle, until the peer's ACK). Otherwise ptrace is used, \
+whether its bytes left during the call or were held (by Nagle, until the peer's ACK); on a busy server, once calls \
+on TCP_NODELAY sockets pass 20,000 a second, only one such socket in 2, 4, 8… is traced after the first 0.25 s \
+(sockets with Nagle on, and corked ones, always all; --sample all traces every socket). Otherwise ptrace is used, \
 like `strace -f` (PTRACE_SEIZE on every thread of the process and its workers, Linux >= 5.3; waits are seen too): \
 it stops the process at every syscall, so each takes some microseconds longer meanwhile; it needs ptrace \
 permission (root or CAP_SYS_PTRACE, or the same user where kernel.yama.ptrace_scope allows it) and fails if \
@@ -47,9 +49,19 @@ pub struct Args {
     /// Force how --trace records: `ebpf` (fail if it cannot load) or `ptrace`.
     #[arg(long, value_enum, requires = "trace")]
     method: Option<TraceMethodArg>,
+    /// eBPF: `auto` traces one TCP_NODELAY socket in 2, 4, 8… once such sockets' calls pass 20,000 a second (Nagle and corked sockets always all); `all` traces every socket.
+    #[arg(long, value_enum, default_value = "auto", requires = "trace")]
+    sample: SampleArg,
     /// Print the results as JSON (schema in the README).
     #[arg(long)]
     json: bool,
+}
+
+/// `--sample`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SampleArg {
+    Auto,
+    All,
 }
 
 /// `--trace`: more than 0, at most [`inspect::MAX_TRACE`].
@@ -79,6 +91,10 @@ pub fn run(a: Args) -> ExitCode {
         trace: a.trace,
         trace_optional: false,
         trace_method: trace_method(a.method),
+        trace_sample: match a.sample {
+            SampleArg::Auto => inspect::TraceSample::Auto,
+            SampleArg::All => inspect::TraceSample::All,
+        },
         announce: true,
     };
     match inspect::inspect(pid, &o) {

@@ -15,6 +15,7 @@
 
 mod calibrate;
 mod raw;
+mod sample;
 mod session;
 
 use super::decode::{Decoder, Hold};
@@ -23,6 +24,7 @@ use super::records::{self, Record};
 use super::{Recording, Request};
 use calibrate::{calibrate, least, read_loop};
 use raw::Raw;
+pub(crate) use sample::Sampled;
 use session::start;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,6 +118,8 @@ pub(crate) struct Extra {
     /// Each write's fate, with its local port, thread and time (as in its [`Event`](super::events::Event)).
     pub holds: Vec<Hold>,
     pub hooks: Hooks,
+    /// When busy TCP_NODELAY sockets were sampled.
+    pub sampled: Option<Sampled>,
 }
 
 /// What the transmit program's absence meant: how long it was off and how
@@ -160,6 +164,9 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     }
     let t0 = crate::ebpf::monotonic_ns();
     let started = Instant::now();
+    let nodelay0 = s.nodelay_calls();
+    let mut judged = req.sample == super::Sample::All || s.hooks != Hooks::Sock;
+    let mut sampled = None;
     super::announce(req, "eBPF");
     let main = req.pids.first().copied().unwrap_or(0);
     let mut raw = Raw::default();
@@ -179,6 +186,18 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
             let read = s.drain(&mut raw, room, &mut overflow);
             every = if read >= BUSY_BYTES { DRAIN_BUSY } else { DRAIN_EVERY };
             drained = Instant::now();
+        }
+        if !judged && started.elapsed() >= sample::LOOK_AFTER {
+            judged = true;
+            let from_s = started.elapsed().as_secs_f64();
+            let (rate, keep) = ((s.nodelay_calls() - nodelay0) as f64 / from_s, sample::keep_per_s());
+            let one_in = sample::one_in(rate, keep);
+            if one_in > 1 {
+                match s.sample(one_in, sample::pick(&req.known, one_in)) {
+                    Ok(()) => sampled = Some(Sampled { one_in, from_s, rate, keep }),
+                    Err(e) => notes.push(format!("every socket was traced: sampling could not be set ({e})")),
+                }
+            }
         }
         wanted = wanted || s.xmit_wanted();
         let switch = match (wanted, s.xmit.is_some()) {
@@ -240,6 +259,9 @@ tracepoints were not used ({})",
             why.as_deref().unwrap_or("unknown")
         ),
     });
+    if let Some(s) = sampled {
+        notes.push(sample::note(&s));
+    }
     if let Some(n) = xmit_note(&xmit_off, &holds, t_end.saturating_sub(t0)) {
         notes.push(n);
     }
@@ -277,5 +299,5 @@ tracepoints were not used ({})",
         untimed: hooks == Hooks::Sock,
         notes,
     };
-    Ok((rec, Extra { lost, sent, calibration, holds, hooks }))
+    Ok((rec, Extra { lost, sent, calibration, holds, hooks, sampled }))
 }

@@ -73,6 +73,16 @@ pub enum Method {
     Ptrace,
 }
 
+/// Whether TCP_NODELAY sockets may be sampled (`inspect --sample`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sample {
+    /// Once their calls come faster than a trace needs (20,000 a second).
+    #[default]
+    Auto,
+    /// Never: every socket is traced.
+    All,
+}
+
 /// What to trace.
 #[derive(Clone, Debug)]
 pub(crate) struct Request {
@@ -88,6 +98,8 @@ pub(crate) struct Request {
     pub port: Option<u16>,
     /// eBPF, ptrace, or eBPF when it loads.
     pub method: Method,
+    /// Whether eBPF may sample busy TCP_NODELAY sockets.
+    pub sample: Sample,
     /// Say on stderr when the window begins.
     pub announce: bool,
 }

@@ -143,6 +143,9 @@ threads lost {:.2} % of their time{}",
         )),
         None => text.push_str("; the cost per call could not be measured at start"),
     }
+    if let Some(s) = x.sampled {
+        text.push_str(&format!("; from {:.2} s on, one TCP_NODELAY socket in {} was traced", s.from_s, s.one_in));
+    }
     TraceCost {
         tracepoints: x.hooks.name(),
         records: x.sent,
@@ -153,6 +156,8 @@ threads lost {:.2} % of their time{}",
         calibrated_ns_other_syscall: cal.map(|c| c.other_ns),
         held_share,
         added_ms_per_response: added_ms,
+        sampled_one_in: x.sampled.map_or(1, |s| s.one_in),
+        sampled_from_s: x.sampled.map(|s| s.from_s),
         text,
     }
 }

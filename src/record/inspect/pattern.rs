@@ -193,6 +193,13 @@ pub struct TraceCost {
     pub held_share: Option<f64>,
     /// Time added to the process per response, ms.
     pub added_ms_per_response: Option<f64>,
+    /// One socket with TCP_NODELAY (and no cork) in this many was traced
+    /// from `sampled_from_s` on, because such sockets' calls came faster than
+    /// a trace needs; 1: every socket was traced for the whole window.
+    /// Sockets with Nagle on, and corked ones, are always all traced.
+    pub sampled_one_in: u32,
+    /// Seconds into the window when sampling began.
+    pub sampled_from_s: Option<f64>,
     /// The cost in words.
     pub text: String,
 }

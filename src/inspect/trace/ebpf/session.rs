@@ -40,6 +40,7 @@ fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String>
         counts: PerCpuArray::try_from(take(&mut bpf, "counts")?).map_err(map_err)?,
         stages: PerCpuArray::try_from(take(&mut bpf, "stages")?).map_err(map_err)?,
         want_xmit: Array::try_from(take(&mut bpf, "want_xmit")?).map_err(map_err)?,
+        sampling: Array::try_from(take(&mut bpf, "sampling")?).map_err(map_err)?,
         xmit: None,
         xmit_off: Vec::new(),
         hooks,
@@ -58,6 +59,9 @@ pub(super) struct Session {
     /// Each CPU's records not yet sent to the ring.
     stages: PerCpuArray<MapData, Stage>,
     want_xmit: Array<MapData, u32>,
+    /// Which TCP_NODELAY sockets are traced: a mask (low half; 0: all) and
+    /// the value a socket's hash under it must have (high half).
+    sampling: Array<MapData, u64>,
     /// The transmit program's link while it is attached.
     pub(super) xmit: Option<BtfTracePointLinkId>,
     /// When it was off during the window: (from, to) in monotonic ns, `to`
@@ -82,6 +86,19 @@ impl Session {
     /// Records the ring had no room for.
     pub(super) fn lost(&self) -> u64 {
         self.counts.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
+    }
+
+    /// Calls seen so far on TCP_NODELAY sockets of the traced processes.
+    pub(super) fn nodelay_calls(&self) -> u64 {
+        self.counts.get(&1, 0).map(|v| v.iter().sum()).unwrap_or(0)
+    }
+
+    /// From now on, traces the TCP_NODELAY sockets whose hash is `pick` in
+    /// its low bits, one in `one_in` (a power of two).
+    pub(super) fn sample(&mut self, one_in: u32, pick: u32) -> Result<(), String> {
+        let mask = one_in.saturating_sub(1);
+        let value = u64::from(mask) | u64::from(pick & mask) << 32;
+        self.sampling.set(0, value, 0).map_err(|e| format!("BPF map: {e}"))
     }
 
     /// Reads every waiting item into `into` while it holds less than `room`
