@@ -22,7 +22,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 BIG=${1:-$HERE/out/big.pcap}
 RUNS=${RUNS:-5}
 
-[ -f "$BIG" ] || { echo "no capture $BIG (make one with bench/make_big_capture.sh)" >&2; exit 1; }
+need_capture "$BIG"
 command -v editcap > /dev/null || { echo "editcap not found (apt install wireshark-common)" >&2; exit 1; }
 if [ -z "${TCPDOCTOR:-}" ]; then
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/tmp/bench-target}

@@ -16,15 +16,10 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/lib.sh
 . "$HERE/lib.sh"
-ROOT=$(cd "$HERE/.." && pwd)
 BIG=${1:-$HERE/out/big.pcap}
+need_capture "$BIG"
+TCPDOCTOR=$(tcpdoctor_bin "$HERE/..")
 RUNS=${RUNS:-7}
-[ -f "$BIG" ] || { echo "no capture $BIG (make one with bench/make_big_capture.sh)" >&2; exit 1; }
-if [ -z "${TCPDOCTOR:-}" ]; then
-    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/tmp/bench-target}
-    (cd "$ROOT" && timeout 900 cargo build --release --quiet --bin tcpdoctor)
-    TCPDOCTOR=$CARGO_TARGET_DIR/release/tcpdoctor
-fi
 TMP=$(mktemp -d /tmp/tcpdoctor-ceiling.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 echo "== split: $(python3 "$HERE/split_by_connection.py" "$BIG" "$TMP/h0.pcap" "$TMP/h1.pcap")"

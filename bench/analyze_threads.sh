@@ -26,7 +26,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 BIG=${1:-$HERE/out/big.pcap}
 RUNS=${RUNS:-3}
 
-[ -f "$BIG" ] || { echo "no capture $BIG (make one with bench/make_big_capture.sh)" >&2; exit 1; }
+need_capture "$BIG"
 
 if [ -z "${TCPDOCTOR:-}" ] || [ -z "${FLOOR:-}" ]; then
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/tmp/bench-target}

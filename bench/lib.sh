@@ -116,6 +116,11 @@ stop_pinned_nginx() {
 
 # The tcpdoctor binary to measure: $TCPDOCTOR, else this tree's release build
 # (built now). Usage: TD=$(tcpdoctor_bin "$ROOT")
+# need_capture FILE: exits with a hint when the benchmark's capture is missing.
+need_capture() {
+    [ -f "$1" ] || { echo "no capture $1 (make one with bench/make_big_capture.sh)" >&2; exit 1; }
+}
+
 tcpdoctor_bin() {
     if [ -n "${TCPDOCTOR:-}" ]; then
         echo "$TCPDOCTOR"
