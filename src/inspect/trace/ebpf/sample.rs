@@ -15,7 +15,7 @@ pub(super) const KEEP_PER_S: f64 = 20_000.0;
 /// The sparsest sample.
 const MAX_ONE_IN: u32 = 256;
 /// Set (to calls a second) in the environment, replaces [`KEEP_PER_S`]: for tests.
-pub(crate) const KEEP_ENV: &str = "TCPDOCTOR_TRACE_KEEP_PER_S";
+const KEEP_ENV: &str = "TCPDOCTOR_TRACE_KEEP_PER_S";
 
 /// What sampling did during a trace.
 #[derive(Clone, Copy, Debug, PartialEq)]
