@@ -10,6 +10,7 @@ mod shards;
 mod upstream;
 pub(crate) mod verdict;
 mod walk;
+mod windowed;
 
 pub(crate) use agg::{ARRIVAL, FileResult};
 pub use collect::ConnState;

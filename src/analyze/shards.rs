@@ -1,10 +1,11 @@
-//! One file on several threads: each shard walks the whole (mapped) file,
-//! sorts every packet by a hash of its connection's endpoints (reading only
-//! addresses and ports), and analyses only its own connections; the parts
-//! merge into exactly the report one thread makes (tests/threads.rs checks
-//! it on every capture). Each shard reads the file itself: handing packets
-//! from one thread to another cost more than the walk (cache lines written
-//! on one core and read on another).
+//! One file on several threads: its connections are split between shards
+//! by a hash of their endpoints; each shard analyses only its own, and the
+//! parts merge into exactly the report one thread makes (tests/threads.rs
+//! checks it on every capture). A pcap file is read once, in windows the
+//! shards share (windowed.rs); here every shard walks the whole (mapped)
+//! file, passing over the other shards' packets (reading only addresses and
+//! ports): what a pcapng file needs, whose interfaces are declared in blocks
+//! met along the way.
 //!
 //! What crosses connections is made shard-safe: role evidence is shared in
 //! frame order ([`crate::tcp::book`]); sweeps run on the frame count; every
@@ -64,7 +65,7 @@ fn mix_endpoint(e: Endpoint) -> u64 {
 /// ports only; other frames are decoded. A frame that decodes to a segment
 /// always gets its connection's shard (the same endpoints are read either way).
 #[inline(always)]
-fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
+pub(super) fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
     // Most frames: untagged Ethernet with IPv4, read at fixed offsets (the
     // other shards' frames cost only this).
     if link == LinkType::ETHERNET
@@ -202,13 +203,7 @@ fn shard(packets: Packets<'_>, tag: Option<usize>, opts: &Options, part: Part<'_
             continue;
         }
         let Some(ts) = reading.count(&p) else { continue };
-        match wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
-            // Borrowed in place: moving the segment out copies it, and reading
-            // its fields back from that copy stalls on every packet.
-            Ok(Some(ref seg)) => a.segment(seg),
-            Ok(None) => reading.not_segment(p.frame, None),
-            Err(e) => reading.not_segment(p.frame, Some(e)),
-        }
+        a.frame(&p, ts, &mut reading);
     }
     // Every frame walked, passed over or not.
     reading.n = packets.frames();
@@ -228,6 +223,10 @@ pub(super) fn run(cap: &Capture, tag: Option<usize>, opts: &Options, of: usize) 
     if cap.bytes().is_none() {
         return Ok(None);
     }
+    // A pcap file is read once, in windows shared by the shards (windowed.rs).
+    if let Some(windows) = super::windowed::windows(cap) {
+        return Ok(super::windowed::run(&windows, tag, opts, of));
+    }
     let hub = Hub::new(of, Ephemeral::host());
     let stop = Agreement { flag: opts.stop, state: Mutex::new((0, 0)), of };
     let (hub, stop) = (&hub, &stop);
@@ -243,21 +242,28 @@ pub(super) fn run(cap: &Capture, tag: Option<usize>, opts: &Options, of: usize) 
         let first = walk(0, walks.pop().expect("the first shard's walk"));
         std::iter::once(first).chain(others.into_iter().map(|h| h.join().expect("shard thread panicked"))).collect()
     });
-    let mut parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter();
-    let mut w = parts.next().expect("at least one shard");
+    Ok(merge(parts.into_iter().collect::<Result<Vec<_>, _>>()?, tag))
+}
+
+/// The shards' parts merged into one thread's report; `None` when they
+/// cannot be merged exactly (they read different packets, or a table one
+/// thread keeps would have filled up).
+pub(super) fn merge(parts: Vec<Walked>, tag: Option<usize>) -> Option<Walked> {
+    let mut parts = parts.into_iter();
+    let mut w = parts.next()?;
     for p in parts {
         if !same_walk(&w, &p) {
-            return Ok(None);
+            return None;
         }
         w.reading.add_owned(&p.reading);
         (w.tcp, w.filtered) = (w.tcp + p.tcp, w.filtered + p.filtered);
         w.r.merge_shard(p.r);
     }
     if w.r.dropped > 0 || over_cap(&w.r) {
-        return Ok(None);
+        return None;
     }
     number(&mut w.r, tag);
-    Ok(Some(w))
+    Some(w)
 }
 
 /// Whether two shards read the same packets (a file that changed under the walks does not).

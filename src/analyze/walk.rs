@@ -194,6 +194,18 @@ impl<'o> Analyser<'o> {
         self.tracker.segment(seg, &mut self.c);
     }
 
+    /// A frame at time `ts`: its segment analysed, or the frame counted as not one.
+    #[inline(always)]
+    pub(super) fn frame(&mut self, p: &Packet<'_>, ts: i64, reading: &mut Reading) {
+        match crate::wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
+            // Borrowed in place: moving the segment out copies it, and reading
+            // its fields back from that copy stalls on every packet.
+            Ok(Some(ref seg)) => self.segment(seg),
+            Ok(None) => reading.not_segment(p.frame, None),
+            Err(e) => reading.not_segment(p.frame, Some(e)),
+        }
+    }
+
     /// Every packet of this analyser up to `frame` was given to it.
     #[inline]
     pub(super) fn passed(&mut self, frame: u64, all: bool) {
@@ -222,13 +234,7 @@ pub(super) fn walk(cap: &crate::capture::Capture, file_tag: Option<usize>, opts:
         if sweep_due(p.frame) {
             a.sweep(p.frame, ts);
         }
-        match crate::wire::decode(p.frame, ts, p.link, p.data, p.orig_len) {
-            // Borrowed in place: moving the segment out copies it, and reading
-            // its fields back from that copy stalls on every packet.
-            Ok(Some(ref seg)) => a.segment(seg),
-            Ok(None) => reading.not_segment(p.frame, None),
-            Err(e) => reading.not_segment(p.frame, Some(e)),
-        }
+        a.frame(&p, ts, &mut reading);
     }
     let (tcp, filtered) = (a.tcp, a.filtered);
     Ok(Walked { r: a.finish(), reading, tcp, filtered, end: Ending::of(&packets) })

@@ -13,6 +13,7 @@ mod readers;
 mod sigbus;
 mod source;
 mod walk;
+pub(crate) mod windows;
 
 pub use link::{LinkType, Network, network_layer};
 pub(crate) use walk::{Head, Record, Step};
