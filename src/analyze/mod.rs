@@ -7,6 +7,7 @@ mod collect;
 mod limits;
 mod merge;
 mod shards;
+mod split;
 mod upstream;
 pub(crate) mod verdict;
 mod walk;
@@ -83,7 +84,13 @@ fn analyze_file(
     shards: usize,
 ) -> Result<FileResult, InputError> {
     let err = |detail: String| InputError { file: cap.name.clone(), detail };
-    let sharded = if shards > 1 { shards::run(cap, file_tag, opts, shards).map_err(err)? } else { None };
+    // A pcap file is read once, in windows the shards share; others are
+    // walked whole by each shard.
+    let sharded = match (shards > 1).then(|| windowed::windows(cap)) {
+        Some(Some(windows)) => windowed::run(&windows, file_tag, opts, shards),
+        Some(None) => shards::run(cap, file_tag, opts, shards).map_err(err)?,
+        None => None,
+    };
     let w = match sharded {
         Some(w) => w,
         None => walk::walk(cap, file_tag, opts).map_err(err)?,

@@ -1,6 +1,6 @@
 //! One pcap file on several threads, each record read once: the file is
 //! read in windows (capture/windows.rs), each window by whichever thread is
-//! free, which sorts its frames by connection (the shard of shards.rs);
+//! free, which sorts its frames by connection (the shard of split.rs);
 //! then every shard analyses its own frames of each window, in file order.
 //! The threads share the reading of the file instead of each walking all of
 //! it, which is what kept shards.rs from two cores' worth (bench/RESULTS.md).
@@ -12,7 +12,7 @@
 //! thread, which reports it.
 
 use super::Options;
-use super::shards::{merge, shard_of};
+use super::split::{merge, shard_of};
 use super::walk::{Analyser, Ending, Reading, Walked, sweep_due};
 use crate::capture::windows::{Spare, Window, Windows};
 use crate::capture::{Capture, Damage};

@@ -1,0 +1,215 @@
+//! How a file's connections are split between shard threads and their
+//! parts merged, whichever way the shards read the file (shards.rs walks it
+//! whole in each, windowed.rs reads it once): the shard of a frame, by a
+//! hash of its connection's endpoints, and the merge into exactly the
+//! report one thread makes.
+
+use super::agg::{FileResult, MAX_ENDPOINTS};
+use super::conn_label;
+use super::walk::Walked;
+use crate::capture::{LinkType, Network, network_layer};
+use crate::wire::{self, Endpoint, Ipv4Header};
+use std::net::IpAddr;
+
+/// A connection's end, hashed: the same for an address read as an `IpAddr`
+/// or straight from the frame's bytes.
+#[inline(always)]
+fn mix(ip: u64, port: u16) -> u64 {
+    (ip ^ u64::from(port) << 48).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// The shard (of `of`) that owns the connection whose ends hash to `a` and
+/// `b` ([`mix`]): a sum, so the same whichever end sent the frame.
+#[inline(always)]
+fn owner(a: u64, b: u64, of: usize) -> usize {
+    let h = a.wrapping_add(b);
+    ((u128::from(h ^ (h >> 29)) * of as u128) >> 64) as usize
+}
+
+#[inline]
+fn mix_endpoint(e: Endpoint) -> u64 {
+    let ip = match e.ip {
+        IpAddr::V4(v) => u64::from(u32::from(v)),
+        IpAddr::V6(v) => {
+            let x = u128::from(v);
+            (x as u64) ^ ((x >> 64) as u64)
+        }
+    };
+    mix(ip, e.port)
+}
+
+/// The shard that owns a frame: its connection's, or the first for a frame
+/// of no connection (so the first owns every frame of a link type it cannot
+/// read, and counts them in the order met). IPv4 is read as far as the
+/// ports only; other frames are decoded. A frame that decodes to a segment
+/// always gets its connection's shard (the same endpoints are read either way).
+#[inline(always)]
+pub(super) fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
+    // Most frames: untagged Ethernet with IPv4, read at fixed offsets (the
+    // other shards' frames cost only this).
+    if link == LinkType::ETHERNET
+        && let Some(h) = data.get(..34)
+        && h[12..14] == [8, 0]
+    {
+        return ipv4_owner(&data[14..], of);
+    }
+    slow_shard_of(link, data, of)
+}
+
+/// The owner of an IPv4 packet `p`: its connection's shard when its header
+/// is sound (as [`Ipv4Header::parse`] checks it) and it carries the ports of
+/// a TCP segment that is not a fragment, else the first.
+#[inline(always)]
+fn ipv4_owner(p: &[u8], of: usize) -> usize {
+    let Some(h) = p.get(..20) else { return 0 };
+    let hl = usize::from(h[0] & 0x0f) * 4;
+    let tcp = h[0] >> 4 == 4 && hl >= 20 && h[9] == 6 && u16::from_be_bytes([h[6], h[7]]) & 0x3fff == 0;
+    match p.get(hl..hl + 4) {
+        Some(t) if tcp => {
+            let word = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+            let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
+            owner(mix(word(12), port(0)), mix(word(16), port(2)), of)
+        }
+        _ => 0,
+    }
+}
+
+#[inline(never)]
+fn slow_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
+    if let Network::Ipv4(p) = network_layer(link, data)
+        && let Ok(ip) = Ipv4Header::parse(p)
+    {
+        let hl = ip.header_len();
+        return match p.get(hl..hl + 4) {
+            Some(t) if ip.protocol() == 6 && !ip.is_fragment() => {
+                let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
+                let end = |a: std::net::Ipv4Addr, port: u16| mix(u64::from(u32::from(a)), port);
+                owner(end(ip.src(), port(0)), end(ip.dst(), port(2)), of)
+            }
+            _ => 0,
+        };
+    }
+    // The longest packet length: decoding then fails on no frame that the
+    // walk (given its true length) decodes, so a frame cut by the snap
+    // length still goes to its connection's shard.
+    match wire::decode(0, 0, link, data, u32::MAX) {
+        Ok(Some(seg)) => owner(mix_endpoint(seg.src), mix_endpoint(seg.dst), of),
+        _ => 0,
+    }
+}
+
+/// The shards' parts merged into one thread's report; `None` when they
+/// cannot be merged exactly (they read different packets, or a table one
+/// thread keeps would have filled up).
+pub(super) fn merge(parts: Vec<Walked>, tag: Option<usize>) -> Option<Walked> {
+    let mut parts = parts.into_iter();
+    let mut w = parts.next()?;
+    for p in parts {
+        if !same_walk(&w, &p) {
+            return None;
+        }
+        w.reading.add_owned(&p.reading);
+        (w.tcp, w.filtered) = (w.tcp + p.tcp, w.filtered + p.filtered);
+        w.r.merge_shard(p.r);
+    }
+    if w.r.dropped > 0 || over_cap(&w.r) {
+        return None;
+    }
+    number(&mut w.r, tag);
+    Some(w)
+}
+
+/// Whether two shards read the same packets (a file that changed under the walks does not).
+fn same_walk(a: &Walked, b: &Walked) -> bool {
+    let key = |w: &Walked| {
+        let (r, e) = (&w.reading, &w.end);
+        (r.n, r.first_ts, e.damage.clone(), e.stopped, e.offset, e.skipped)
+    };
+    key(a) == key(b)
+}
+
+/// Whether one thread would have run out of room in an endpoint table (it
+/// keeps the first [`MAX_ENDPOINTS`] it meets, which no shard can tell).
+fn over_cap(r: &FileResult) -> bool {
+    [r.nagle.len(), r.servers.len(), r.retrans.len(), r.syn.len(), r.zero.len(), r.expect.len()]
+        .into_iter()
+        .any(|n| n > MAX_ENDPOINTS)
+}
+
+/// Numbers the connections as one thread does: in order of first frame
+/// (wrapping as [`crate::tcp::ConnId`] does); renames what names them.
+fn number(r: &mut FileResult, tag: Option<usize>) {
+    let mut created = std::mem::take(&mut r.created);
+    created.sort_unstable();
+    let label = |first_frame: u64| {
+        let i = created.partition_point(|&f| f < first_frame) as u64;
+        conn_label(tag, (i % u64::from(u32::MAX)) as u32 + 1)
+    };
+    for c in &mut r.conns {
+        c.id = label(c.first_frame);
+    }
+    for (rank, l) in r.stalled.0.iter_mut().chain(r.slowest.0.iter_mut()) {
+        let id = label(rank.2);
+        l.title = l.title.replacen(&format!("connection {},", l.connection), &format!("connection {id},"), 1);
+        l.connection = id;
+    }
+    for (at, id, _) in [&mut r.roles_corrected.1, &mut r.roles_contradicted.1].into_iter().flatten() {
+        *id = label(at.1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::all_packets;
+
+    /// Every frame of every capture in tests/data, each with bytes changed
+    /// where the owner is read, and each cut as a snap length cuts it: the
+    /// fixed-offset owner is the general one, and a frame that decodes,
+    /// with its own length or the length before the cut, gets its
+    /// connection's shard.
+    #[test]
+    fn the_quick_owner_is_the_general_one() {
+        let mut files = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data"))];
+        let mut frames = 0;
+        while let Some(p) = files.pop() {
+            if p.is_dir() {
+                files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            if !p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
+                continue;
+            }
+            let bytes = std::fs::read(&p).unwrap();
+            let (packets, _) = all_packets(&bytes).unwrap();
+            for pk in packets {
+                let mut variants = vec![pk.data.to_vec()];
+                for (at, x) in [(12, 0x81), (14, 0x46), (14, 0x44), (14, 0x55), (20, 0x20), (23, 17)] {
+                    let mut d = pk.data.to_vec();
+                    if let Some(b) = d.get_mut(at) {
+                        *b = x;
+                        variants.push(d);
+                    }
+                }
+                for cut in [37, 60, 66, 74, 80, 96, 128] {
+                    variants.push(pk.data[..pk.data.len().min(cut)].to_vec());
+                }
+                for d in &variants {
+                    for of in 2..5 {
+                        let quick = shard_of(pk.link, d, of);
+                        assert_eq!(quick, slow_shard_of(pk.link, d, of), "{}: frame {}", p.display(), pk.frame);
+                        for len in [d.len() as u32, pk.orig_len] {
+                            if let Ok(Some(s)) = wire::decode(0, 0, pk.link, d, len) {
+                                let frame = pk.frame;
+                                let conn = owner(mix_endpoint(s.src), mix_endpoint(s.dst), of);
+                                assert_eq!(quick, conn, "{}: frame {frame} cut to {} of {len}", p.display(), d.len());
+                            }
+                        }
+                    }
+                    frames += 1;
+                }
+            }
+        }
+        assert!(frames > 10_000, "{frames} frames");
+    }
+}
