@@ -10,6 +10,9 @@ use super::{Capture, Head, LinkType, Packet, Step};
 
 /// Records in a chain that make a guessed start believable.
 const CHAIN: usize = 16;
+/// The largest window: a record's offset in its window's bytes (which run up
+/// to the longest record past its end) must fit in 32 bits.
+const MAX_SIZE: u64 = 1 << 30;
 /// Bytes read past a window's end for its last records (a longer one reads more).
 const OVERHANG: usize = 4 << 10;
 
@@ -54,7 +57,8 @@ pub(crate) struct Spare {
 
 impl<'c> Windows<'c> {
     /// `cap` in windows of `size` bytes: `None` unless it is a pcap file (or
-    /// pcap bytes in memory) whose link type is supported.
+    /// pcap bytes in memory) whose link type is supported, and `size` lies in
+    /// 64 B–1 GiB (offsets in a window are 32 bits).
     pub(crate) fn new(cap: &'c Capture, size: u64) -> Option<Windows<'c>> {
         let len = cap.len()?;
         let mut head = [0u8; 24];
@@ -62,7 +66,7 @@ impl<'c> Windows<'c> {
             return None;
         }
         let Head::Ready(parser, _) = Parser::header(&head, true) else { return None };
-        if !parser.link().supported() || size < 64 {
+        if !parser.link().supported() || !(64..=MAX_SIZE).contains(&size) {
             return None;
         }
         Some(Windows { cap, parser, len, size })
@@ -358,5 +362,8 @@ mod tests {
         odd[20] = 147;
         assert!(Windows::new(&Capture::from_bytes("a.pcap", odd), 4096).is_none());
         assert!(Windows::new(&Capture::from_bytes("a.pcap", vec![0xd4, 0xc3, 0xb2]), 4096).is_none());
+        let ok = Capture::from_bytes("a.pcap", with_fake_records());
+        assert!(Windows::new(&ok, 4096).is_some());
+        assert!(Windows::new(&ok, 63).is_none() && Windows::new(&ok, (1 << 30) + 1).is_none());
     }
 }
