@@ -36,8 +36,6 @@ pub(crate) struct Window {
     /// Why, as a walk of the file says it, when the record at `end` is
     /// damaged (not when the file shrank).
     pub(crate) damage: Option<String>,
-    /// Read from a known start (not a guess).
-    pub(crate) known: bool,
     /// The file's bytes from `base`.
     base: u64,
     buf: Vec<u8>,
@@ -100,17 +98,7 @@ impl<'c> Windows<'c> {
         at.clear();
         sorts.resize_with(of, Vec::new);
         sorts.iter_mut().for_each(Vec::clear);
-        let mut w = Window {
-            start: from,
-            end: base,
-            bad: false,
-            damage: None,
-            known: from.is_some(),
-            base,
-            buf: Vec::new(),
-            at,
-            sorts,
-        };
+        let mut w = Window { start: from, end: base, bad: false, damage: None, base, buf: Vec::new(), at, sorts };
         let want = (hi.max(base) + OVERHANG as u64).min(self.len) - base;
         w.bad = !self.fill(&mut buf, base, 0, want as usize);
         let mut pos = match from {
