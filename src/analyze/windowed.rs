@@ -31,7 +31,7 @@ const AHEAD: u64 = 6;
 const AHEAD_RECORDS: usize = 12;
 /// Frames between two reports of a shard's progress to the role book (as in shards.rs).
 const PASS_EVERY: u64 = 64;
-/// Test knob: the window size in bytes (small ones make every window's start a guess).
+/// Test knob: the window size in bytes (small ones make many windows guess their start).
 const WINDOW_ENV: &str = "TCPDOCTOR_ANALYZE_WINDOW";
 
 /// The windows read and waiting, and where each shard is.
