@@ -16,7 +16,7 @@
 //! under the walks), the file is analysed again on one thread.
 
 use super::Options;
-use super::split::{merge, shard_of};
+use super::split::{PASS_EVERY, merge, shard_of};
 use super::walk::{Analyser, Ending, Reading, Walked, sweep_due};
 use crate::capture::{Capture, LinkType, Packets};
 use crate::tcp::book::{Hub, Shared};
@@ -26,9 +26,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Packets between two looks at the stop flag (Ctrl-C) in a shard.
 const CHECK_EVERY: u64 = 1 << 16;
-/// Packets between two reports of a shard's progress to the role book (it
-/// publishes every 256 frames; a judging shard waits for the others' reports).
-const PASS_EVERY: u64 = 64;
 
 /// Where the shards of a file stop after Ctrl-C: each notices the flag at a
 /// checkpoint and, until all have, may walk through its next one; then all

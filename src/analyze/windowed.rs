@@ -12,7 +12,7 @@
 //! thread, which reports it.
 
 use super::Options;
-use super::split::{merge, shard_of};
+use super::split::{PASS_EVERY, merge, shard_of};
 use super::walk::{Analyser, Ending, Reading, Walked, sweep_due};
 use crate::capture::windows::{Spare, Window, Windows};
 use crate::capture::{Capture, Damage};
@@ -29,8 +29,6 @@ const WINDOW: u64 = 1 << 20;
 const AHEAD: u64 = 6;
 /// Records asked for ahead of the one analysed.
 const AHEAD_RECORDS: usize = 12;
-/// Frames between two reports of a shard's progress to the role book (as in shards.rs).
-const PASS_EVERY: u64 = 64;
 /// Test knob: the window size in bytes (small ones make many windows guess their start).
 const WINDOW_ENV: &str = "TCPDOCTOR_ANALYZE_WINDOW";
 

@@ -2,8 +2,9 @@
 //! window `k` holds the records that start in bytes `[k·size, (k+1)·size)`.
 //! Where a window's first record starts is known from the window before it;
 //! a window read before that one is done finds a start by looking for a
-//! chain of sound records, and is read again from the known start if the
-//! guess was wrong ([`Window::start`] says which it was).
+//! chain of sound records; whoever analyses it checks [`Window::start`]
+//! against the end of the window before, and has it read again from there
+//! if the two differ.
 
 use super::pcap::{MAX_CAPLEN, Parser};
 use super::{Capture, Head, LinkType, Packet, Step};
