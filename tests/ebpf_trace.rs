@@ -203,9 +203,10 @@ fn trace_with(port: u16, d: &str, more: &[&str], env: &[(&str, &str)]) -> Value 
 
 /// A busy server's TCP_NODELAY sockets are sampled once their calls come
 /// faster than a trace keeps (lowered here to 200 a second): from 0.25 s on one
-/// socket in 2, 4, 8… is traced, at least one that inspect read first; the
-/// finding is a full trace's, and the report says what was sampled. Sockets
-/// with Nagle on are never sampled, however busy.
+/// socket in 2, 4, 8… is traced, at least one that inspect read first, and the
+/// call programs are attached 0.25 s of every 0.5 s; the finding is a full
+/// trace's, and the report says what was sampled. Sockets with Nagle on are
+/// never sampled, however busy, and their calls never sliced.
 #[test]
 fn busy_tcp_nodelay_sockets_are_sampled_and_nagle_sockets_never() {
     if !common::require_root() || !common::require("python3") {
@@ -227,6 +228,14 @@ fn busy_tcp_nodelay_sockets_are_sampled_and_nagle_sockets_never() {
     assert!(said.contains("more than the 200 a trace keeps") && said.contains("`--sample all`"), "{said}");
     assert_eq!(n(&all["cost"]["sampled_one_in"]), 1, "{both}");
     assert!(all["cost"]["sampled_from_s"].is_null() && note(&all, "one such socket in").is_none(), "{both}");
+    // Sliced from the same moment: about half of the 4 s attached.
+    let share = f(&c["calls_attached_share"]);
+    assert!((0.35..0.7).contains(&share), "{both}");
+    assert!((0.25..1.5).contains(&f(&c["sliced_from_s"])), "{both}");
+    let said = note(&s, "attached 0.25 s of every 0.50 s").unwrap_or_else(|| panic!("no note on slices: {both}"));
+    assert!(said.contains("are not seen") && said.contains("`--sample all`"), "{said}");
+    assert_eq!(f(&all["cost"]["calls_attached_share"]), 1.0, "{both}");
+    assert!(all["cost"]["sliced_from_s"].is_null() && note(&all, "of every").is_none(), "{both}");
     // The same finding and kinds as every socket traced.
     assert_eq!(s["found"], false, "{both}");
     assert_eq!(kinds(&s), kinds(&all), "{both}");
@@ -234,7 +243,7 @@ fn busy_tcp_nodelay_sockets_are_sampled_and_nagle_sockets_never() {
     // sample's calls a second stay above what 0.25 s of all four alone gives
     // (with one socket of four traced for the last 3.75 s: ≈ 0.30 of a full
     // trace's rate; with none: 0.06).
-    let rate = |t: &Value| n(&t["calls"]) as f64 / f(&t["traced_ms"]);
+    let rate = |t: &Value| n(&t["calls"]) as f64 / (f(&t["traced_ms"]) * f(&t["cost"]["calls_attached_share"]));
     let r = rate(&s) / rate(&all);
     assert!(r > 0.15, "calls/s ratio {r}: {both}");
     assert_eq!(errors(&b.finish()), 0);
@@ -243,9 +252,73 @@ fn busy_tcp_nodelay_sockets_are_sampled_and_nagle_sockets_never() {
     let b = Bench::start(port, 6.5);
     let e = trace_with(port, "2s", &[], &keep);
     assert_eq!(n(&e["cost"]["sampled_one_in"]), 1, "{e:#}");
+    assert_eq!(f(&e["cost"]["calls_attached_share"]), 1.0, "{e:#}");
     assert_eq!(e["found"], true, "{e:#}");
-    assert!(note(&e, "one such socket in").is_none(), "{e:#}");
+    assert!(note(&e, "one such socket in").is_none() && note(&e, "of every").is_none(), "{e:#}");
     assert_eq!(errors(&b.finish()), 0);
+}
+
+/// The slices end at the first call seen on a socket with Nagle on: a busy
+/// TCP_NODELAY server, sliced, whose later connections keep Nagle on, has
+/// them traced whole from then on, and their stall is found and held.
+#[test]
+fn a_socket_with_nagle_on_ends_the_slices() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    let keep = [("TCPDOCTOR_TRACE_KEEP_PER_S", "200")];
+    let (_srv, port) = wwr_server_with("wwr", true, 40.0, &["--nagle-after", "4"]);
+    let busy = Bench::start(port, 10.0);
+    let tracer = std::thread::spawn(move || trace_with(port, "5s", &[], &keep));
+    // Into the slices (they begin at 0.25 s), the next four connections: Nagle on.
+    std::thread::sleep(Duration::from_millis(2500));
+    let nagle = Bench::start(port, 5.0);
+    let t = tracer.join().unwrap();
+    let c = &t["cost"];
+    assert!((0.25..1.5).contains(&f(&c["sliced_from_s"])), "{t:#}");
+    let said = note(&t, "of every 0.50 s").unwrap_or_else(|| panic!("no note on slices: {t:#}"));
+    assert!(said.contains("when a socket with Nagle on (or corked) was seen"), "{said}");
+    // Attached from ~1.5–3 s on: well over half of the window.
+    let share = f(&c["calls_attached_share"]);
+    assert!((0.55..1.0).contains(&share), "{share}: {t:#}");
+    assert_eq!(t["found"], true, "{t:#}");
+    held_by_nagle(&t);
+    assert_eq!(errors(&busy.finish()), 0);
+    assert_eq!(errors(&nagle.finish()), 0);
+}
+
+/// nginx with `tcp_nodelay on` turns TCP_NODELAY on only when it keeps a
+/// connection alive, so each connection's first response is written with
+/// Nagle on: connections opened during the trace must not end the slices
+/// (a first response is ACKed at once: Nagle cannot stall it).
+#[test]
+fn nginx_tcp_nodelay_on_with_new_connections_is_sliced() {
+    if !common::require_root() || !common::require("nginx") {
+        return;
+    }
+    let _g = serial();
+    let dir = common::tmpdir("ebpf-nginx-slices");
+    let port = free_port();
+    let _master = nginx(&dir, port, true);
+    let mut t = Command::new(BIN);
+    t.args(["inspect", &format!(":{port}"), "--trace", "4s", "--method", "ebpf", "--json"]);
+    t.env("TCPDOCTOR_TRACE_KEEP_PER_S", "200");
+    t.stdout(std::fs::File::create(dir.join("out.json")).unwrap());
+    let (tracer, said) = common::Proc::started_on(t, true);
+    assert!(said.starts_with("tcpdoctor: tracing pid "), "{said}");
+    // Opened now, inside the window: their first responses have Nagle on.
+    let b = Bench::start(port, 4.0);
+    assert_eq!(errors(&b.finish()), 0);
+    assert!(tracer.interrupt(Duration::from_secs(20)).success());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
+    let t = &v["trace"];
+    assert!(kinds(t).iter().any(|(_, nagle)| nagle == "nagle"), "no first response with Nagle on: {t:#}");
+    assert!(!t["cost"]["sliced_from_s"].is_null(), "{t:#}");
+    assert!(f(&t["cost"]["calls_attached_share"]) < 0.8, "{t:#}");
+    assert!(note(t, "seen past its first response").is_none(), "{t:#}");
+    assert_eq!(t["found"], false, "{t:#}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The transmit program comes back for the first held write: a Nagle server

@@ -140,7 +140,7 @@ struct sent {
 	__u8 seen; /* last_end is set */
 	__u8 pending;
 	__u8 track;
-	__u8 pad;
+	__u8 reads; /* reads that returned data, up to 2 */
 };
 
 /* sock: kept in the socket itself, freed with it (no lookup by hash, no
@@ -167,10 +167,16 @@ struct {
 } events SEC(".maps");
 
 /* [0] records lost (ring full); userspace counts the ones it receives.
- * [1] calls seen on TCP_NODELAY sockets of traced processes (sock only). */
+ * [1] calls seen on TCP_NODELAY sockets of traced processes (sock only).
+ * [2] calls seen on their other sockets (Nagle on, or corked) after two
+ *     reads of data on the socket (sock only): while there are none, userspace
+ *     may attach the call programs in slices. A connection's first response
+ *     is not counted: its peer ACKs it at once (quick-ACK), so Nagle cannot
+ *     stall it, and nginx turns TCP_NODELAY on only once it keeps a
+ *     connection alive: every first response it writes has Nagle on. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u64);
 } counts SEC(".maps");
@@ -394,7 +400,8 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 		return 0;
 	__u8 nonagle = BPF_CORE_READ_BITFIELD(tp, nonagle);
 	/* (The push bit, left by an uncork, does not matter.) */
-	if ((nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) == TCP_NAGLE_OFF) {
+	int nagle = (nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) != TCP_NAGLE_OFF;
+	if (!nagle) {
 		__u32 zero = 0;
 		__u64 *sm = bpf_map_lookup_elem(&sampling, &zero);
 		__u32 mask = sm ? (__u32)*sm : 0;
@@ -417,6 +424,10 @@ static __always_inline int on_sock_call(__u64 *ctx, __u8 dir)
 			need_xmit();
 		sock_record(sk, ino);
 	}
+	if (dir == C_READ && (int)ctx[1] > 0 && v->reads < 2)
+		v->reads++;
+	else if (nagle && v->reads >= 2)
+		count(2, 1);
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	__u32 nr = regs->orig_ax;
 	__u8 *cp = bpf_map_lookup_elem(&calls, &nr);

@@ -56,8 +56,9 @@ pub(crate) struct Detection {
     /// Finished responses, all kinds.
     pub responses: u64,
     /// Responses still being written (or not followed by a read) when the trace
-    /// ended. (Writes on a socket before its first read in the window are no
-    /// response at all: the response may have begun before the trace.)
+    /// ended, or when the programs were detached for a gap. (Writes on a
+    /// socket before its first read in the window, or after a gap, are no
+    /// response at all: the response may have begun before.)
     pub unfinished: u64,
     /// Responses on Nagle sockets.
     pub nagle_responses: u64,
@@ -110,8 +111,11 @@ impl Response {
     }
 }
 
-/// Finds write-write-read in `events` (in entry order) on `socks`.
-pub(crate) fn detect(events: &[Event], socks: &[Sock]) -> Detection {
+/// Finds write-write-read in `events` (in entry order) on `socks`. `gaps`
+/// (ns since the window began, from, to; in order) are times when calls were
+/// not seen: each is taken as a new start of the trace, and the calls
+/// recorded inside one (made as the programs came off) are left out.
+pub(crate) fn detect(events: &[Event], socks: &[Sock], gaps: &[(u64, u64)]) -> Detection {
     let mut d = Detection::default();
     let mss = |s: u32| socks.get(s as usize).and_then(|s| s.mss).unwrap_or(DEFAULT_MSS);
     let mut open: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
@@ -124,7 +128,26 @@ pub(crate) fn detect(events: &[Event], socks: &[Sock]) -> Detection {
     // response begun before the trace attached (one piece of two looks single).
     let mut known: HashSet<u32> =
         socks.iter().enumerate().filter(|(_, k)| k.accepted_in_window).map(|(s, _)| s as u32).collect();
+    // The next gap, and whether the state was already cut for it.
+    let (mut g, mut cut) = (0, usize::MAX);
     for (i, e) in events.iter().enumerate() {
+        while g < gaps.len() && e.t_ns >= gaps[g].0 {
+            if cut != g {
+                // Unseen calls follow: what was open cannot be finished.
+                cut = g;
+                d.unfinished += open.values().filter(|w| !w.is_empty()).count() as u64;
+                open.clear();
+                awaiting.clear();
+                known.clear();
+            }
+            if e.t_ns < gaps[g].1 {
+                break;
+            }
+            g += 1;
+        }
+        if g < gaps.len() && e.t_ns >= gaps[g].0 {
+            continue;
+        }
         let Some(s) = e.sock else { continue };
         match e.dir {
             Dir::Write if e.ret > 0 && known.contains(&s) => open.entry(s).or_default().push(i),
@@ -158,7 +181,7 @@ pub(crate) fn detect(events: &[Event], socks: &[Sock]) -> Detection {
             _ => {}
         }
     }
-    d.unfinished = open.values().filter(|w| !w.is_empty()).count() as u64;
+    d.unfinished += open.values().filter(|w| !w.is_empty()).count() as u64;
 
     let mut kinds: BTreeMap<(Role, Nagle), (Kind, HashSet<u32>)> = BTreeMap::new();
     let (mut gaps_wwr, mut gaps_other) = (Vec::new(), Vec::new());
@@ -316,7 +339,7 @@ mod tests {
     #[test]
     fn split_responses_on_a_nagle_socket_are_write_write_read() {
         let ev = nginx(10, Nagle::On, true);
-        let d = detect(&ev, &[sock(false)]);
+        let d = detect(&ev, &[sock(false)], &[]);
         assert_eq!((d.responses, d.nagle_responses, d.nagle_in_pieces, d.write_write_read), (10, 10, 10, 10));
         assert_eq!(d.unfinished, 0);
         let k = &d.kinds[0];
@@ -337,7 +360,7 @@ mod tests {
     #[test]
     fn single_writes_are_counted_and_not_blamed() {
         let ev = nginx(10, Nagle::On, false);
-        let d = detect(&ev, &[sock(false)]);
+        let d = detect(&ev, &[sock(false)], &[]);
         assert_eq!((d.responses, d.nagle_in_pieces, d.write_write_read), (10, 0, 0));
         assert_eq!(d.kinds[0].single, 10);
         assert!(d.example.is_none());
@@ -347,7 +370,7 @@ mod tests {
     #[test]
     fn pieces_with_nodelay_or_cork_are_not_the_stall() {
         for nagle in [Nagle::Off, Nagle::Corked] {
-            let d = detect(&nginx(5, nagle, true), &[sock(false)]);
+            let d = detect(&nginx(5, nagle, true), &[sock(false)], &[]);
             assert_eq!((d.responses, d.nagle_responses, d.write_write_read), (5, 0, 0), "{nagle:?}");
             assert_eq!((d.kinds[0].nagle, d.kinds[0].in_pieces, d.kinds[0].write_write_read), (Some(nagle), 5, 5));
             // The pieces are still shown.
@@ -356,34 +379,59 @@ mod tests {
         // One corked piece makes the whole response corked (MSG_MORE on the header).
         let ev =
             B::new().w(0.0, Call::Sendto, 100, Nagle::Corked).w(0.1, Call::Sendto, 100, Nagle::On).r(0.2, 1.0, 50).0;
-        assert_eq!(detect(&ev, &[sock(false)]).kinds[0].nagle, Some(Nagle::Corked));
+        assert_eq!(detect(&ev, &[sock(false)], &[]).kinds[0].nagle, Some(Nagle::Corked));
     }
 
     #[test]
     fn full_segments_are_not_small_pieces() {
         let ev = B::new().w(0.0, Call::Write, 200, Nagle::On).w(0.1, Call::Write, 64_000, Nagle::On).r(0.2, 1.0, 50).0;
-        let d = detect(&ev, &[sock(false)]);
+        let d = detect(&ev, &[sock(false)], &[]);
         assert_eq!((d.nagle_in_pieces, d.write_write_read), (1, 0));
         // Without tcp_info's MSS, 1448 is assumed, and counted.
         let mut s = sock(false);
         s.mss = None;
-        assert_eq!(detect(&ev, &[s]).mss_defaulted, 1);
+        assert_eq!(detect(&ev, &[s], &[]).mss_defaulted, 1);
         // With loopback's MSS both pieces are small.
         let mut s = sock(false);
         s.mss = Some(65_483);
-        assert_eq!(detect(&ev, &[s]).write_write_read, 1);
+        assert_eq!(detect(&ev, &[s], &[]).write_write_read, 1);
     }
 
     #[test]
     fn a_new_connections_first_response_and_unfinished_ones_are_not_counted() {
         let ev = nginx(3, Nagle::On, true);
-        let d = detect(&ev, &[sock(true)]);
+        let d = detect(&ev, &[sock(true)], &[]);
         assert_eq!((d.responses, d.write_write_read, d.first_responses), (3, 2, 1));
         // The trace ends between the writes and the next read.
         let ev = B::new().w(0.0, Call::Write, 200, Nagle::On).w(0.1, Call::Write, 200, Nagle::On).0;
-        let d = detect(&ev, &[sock(false)]);
+        let d = detect(&ev, &[sock(false)], &[]);
         assert_eq!((d.responses, d.unfinished, d.write_write_read), (0, 1, 0));
         assert!(d.example.is_none());
+    }
+
+    /// A gap (the programs detached) is a new start: the response it cuts is
+    /// unfinished, the writes after it wait for the socket's next read, and a
+    /// call recorded inside it (as the programs came off) is left out.
+    /// Without the gap the cut response would count as one written whole.
+    #[test]
+    fn a_gap_in_the_calls_cuts_the_responses_around_it() {
+        let (from, to) = ((3.0 * 45.0 + 0.15) * MS as f64, (5.0 * 45.0 + 0.05) * MS as f64);
+        let ev: Vec<Event> = nginx(10, Nagle::On, true)
+            .into_iter()
+            .filter(|e| {
+                let t = e.t_ns as f64;
+                // Unseen while detached, but for one read made as they came off.
+                t < from || t >= to || (e.dir == Dir::Read && e.ret < 0 && t < from + 0.2 * MS as f64)
+            })
+            .collect();
+        assert!(ev.iter().any(|e| (from..to).contains(&(e.t_ns as f64))));
+        let gap = [(from as u64, to as u64)];
+        let d = detect(&ev, &[sock(false)], &gap);
+        assert_eq!((d.responses, d.kinds[0].single, d.write_write_read, d.unfinished), (7, 0, 7, 1));
+        let gap_ns = d.gap_wwr_ns.unwrap();
+        assert!((44 * MS..46 * MS).contains(&gap_ns), "{gap_ns}");
+        let blind = detect(&ev, &[sock(false)], &[]);
+        assert_eq!((blind.responses, blind.kinds[0].single), (9, 1));
     }
 
     #[test]
@@ -398,7 +446,7 @@ mod tests {
             .r(0.3, 0.01, 50)
             .ev(0.4, 0.01, Call::Read, Some(1), 0, Nagle::Unknown)
             .0;
-        let d = detect(&ev, &two);
+        let d = detect(&ev, &two, &[]);
         assert_eq!((d.responses, d.nagle_in_pieces, d.write_write_read), (2, 0, 0));
         // The second socket's peer closed: no gap for it.
         assert_eq!(d.gap_other_ns, Some((0.3 * MS as f64) as u64 + 10_000));
@@ -406,12 +454,12 @@ mod tests {
 
     #[test]
     fn nothing_recorded_is_nothing_found() {
-        let d = detect(&[], &[]);
+        let d = detect(&[], &[], &[]);
         assert_eq!(d, Detection::default());
         // Waits alone, and events on a socket index with no table entry: no panic.
         let ev = B::new().wait(0.0, 1.0).w(1.0, Call::Write, 10, Nagle::On).w(2.0, Call::Write, 10, Nagle::On);
         let ev = ev.r(3.0, 1.0, 5).0;
-        let d = detect(&ev, &[]);
+        let d = detect(&ev, &[], &[]);
         assert_eq!((d.write_write_read, d.mss_defaulted), (1, 1));
         assert_eq!(d.kinds[0].role, Some(Role::Unknown));
     }
@@ -423,7 +471,7 @@ mod tests {
             b = b.wait(0.2 + f64::from(k) * 0.1, 0.05);
         }
         let ev = b.r(5.0, 0.1, 20).0;
-        let ex = detect(&ev, &[sock(false)]).example.unwrap();
+        let ex = detect(&ev, &[sock(false)], &[]).example.unwrap();
         assert_eq!((ex.events.len(), ex.elided), (EXAMPLE_LINES, 21));
         // The first write follows the request's read (event 0).
         assert_eq!((ex.events[0], *ex.events.last().unwrap()), (1, ev.len() - 1));
@@ -435,10 +483,10 @@ mod tests {
         // response of one write, and would be counted as single.
         let ev = B(Vec::new()).w(0.0, Call::Sendto, 300, Nagle::On).r(44.0, 0.01, 78);
         let ev = ev.w(44.1, Call::Sendto, 100, Nagle::On).w(44.2, Call::Sendto, 300, Nagle::On).r(88.0, 0.01, 78).0;
-        let d = detect(&ev, &[sock(false)]);
+        let d = detect(&ev, &[sock(false)], &[]);
         assert_eq!((d.responses, d.kinds[0].single, d.kinds[0].in_pieces, d.write_write_read), (1, 0, 1, 1));
         // A connection accepted in the window has no response begun before it.
-        let d = detect(&ev, &[sock(true)]);
+        let d = detect(&ev, &[sock(true)], &[]);
         assert_eq!((d.responses, d.kinds[0].single), (2, 1));
     }
 }

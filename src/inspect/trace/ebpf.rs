@@ -14,6 +14,7 @@
 //! [`Sock`]: super::events::Sock
 
 mod calibrate;
+mod cycle;
 mod raw;
 mod sample;
 mod session;
@@ -23,6 +24,8 @@ use super::hold::Fate;
 use super::records::{self, Record};
 use super::{Recording, Request};
 use calibrate::{calibrate, least, read_loop};
+use cycle::Cycle;
+pub(crate) use cycle::Sliced;
 use raw::Raw;
 pub(crate) use sample::Sampled;
 use session::start;
@@ -59,22 +62,19 @@ impl Hooks {
         }
     }
 
-    /// The programs attached for the whole trace and the tracepoints they
-    /// attach to ([`XMIT`] comes and goes).
-    fn programs(self) -> [(&'static str, &'static str); 5] {
-        let calls = match self {
+    /// The programs that see the calls, and the tracepoints they attach to.
+    fn calls(self) -> [(&'static str, &'static str); 2] {
+        match self {
             Hooks::Sock => [("trace_send", "sock_send_length"), ("trace_recv", "sock_recv_length")],
             Hooks::Syscalls => [("trace_enter", "sys_enter"), ("trace_exit", "sys_exit")],
-        };
-        [
-            calls[0],
-            calls[1],
-            ("trace_fork", "sched_process_fork"),
-            ("trace_retransmit", "tcp_retransmit_skb"),
-            ("trace_drop", "kfree_skb"),
-        ]
+        }
     }
 }
+
+/// The programs attached for the whole trace, beside the call programs
+/// ([`XMIT`] comes and goes, and so do the call programs in [`cycle`]).
+const ALWAYS: [(&str, &str); 3] =
+    [("trace_fork", "sched_process_fork"), ("trace_retransmit", "tcp_retransmit_skb"), ("trace_drop", "kfree_skb")];
 
 /// The transmit program: it runs for every packet the host sends, so it is
 /// attached only while some socket needs its packets read (a write not out
@@ -120,6 +120,8 @@ pub(crate) struct Extra {
     pub hooks: Hooks,
     /// When busy TCP_NODELAY sockets were sampled.
     pub sampled: Option<Sampled>,
+    /// When the call programs were attached in slices.
+    pub sliced: Option<Sliced>,
 }
 
 /// What the transmit program's absence meant: how long it was off and how
@@ -164,7 +166,7 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     }
     let t0 = crate::ebpf::monotonic_ns();
     let started = Instant::now();
-    let nodelay0 = s.nodelay_calls();
+    let (nodelay0, nagle0) = (s.nodelay_calls(), s.nagle_calls());
     let mut judged = req.sample == super::Sample::All || s.hooks != Hooks::Sock;
     let mut sampled = None;
     super::announce(req, "eBPF");
@@ -178,10 +180,23 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     let mut drained = Instant::now();
     let mut looked = Instant::now();
     let mut wanted = false;
+    let mut cycle: Option<Cycle> = None;
     while started.elapsed() < req.duration && !stop.load(Ordering::Relaxed) {
         // While the transmit program is off, the flag is read more often than the ring.
-        let nap = if s.xmit.is_none() { every.min(XMIT_POLL) } else { every };
+        let mut nap = if s.xmit.is_on() { every } else { every.min(XMIT_POLL) };
+        if let Some(c) = cycle.as_ref().filter(|c| c.running()) {
+            nap = nap.min(c.until(started.elapsed()));
+        }
         std::thread::sleep(nap.min(req.duration.saturating_sub(started.elapsed())));
+        if let Some(c) = cycle.as_mut()
+            && let Err(e) = c.step(&mut s, started.elapsed())
+        {
+            notes.push(format!(
+                "the trace ended at {:.1} s: the call programs could not be attached again ({e})",
+                started.elapsed().as_secs_f64()
+            ));
+            break;
+        }
         if drained.elapsed() >= every {
             let read = s.drain(&mut raw, room, &mut overflow);
             every = if read >= BUSY_BYTES { DRAIN_BUSY } else { DRAIN_EVERY };
@@ -197,10 +212,17 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
                     Ok(()) => sampled = Some(Sampled { one_in, from_s, rate, keep }),
                     Err(e) => notes.push(format!("every socket was traced: sampling could not be set ({e})")),
                 }
+                // Every socket so far had TCP_NODELAY: slices too.
+                if sampled.is_some() && s.nagle_calls() == nagle0 {
+                    match Cycle::start(&mut s, started.elapsed(), nagle0) {
+                        Ok(c) => cycle = Some(c),
+                        Err(e) => notes.push(format!("the call programs stayed attached: {e}")),
+                    }
+                }
             }
         }
         wanted = wanted || s.xmit_wanted();
-        let switch = match (wanted, s.xmit.is_some()) {
+        let switch = match (wanted, s.xmit.is_on()) {
             (true, false) => Some(true),
             (false, true) if started.elapsed() >= XMIT_GRACE => Some(false),
             _ => None,
@@ -237,13 +259,19 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
     let lost = s.lost() - lost0;
     let sent = records.len() as u64 + overflow;
     let (hooks, not_sock) = (s.hooks, s.not_sock.take());
-    // When the transmit program was off, relative to the window's start.
-    let xmit_off: Vec<(u64, u64)> = s
-        .xmit_off
-        .iter()
-        .map(|&(a, b)| (a.saturating_sub(t0), if b == 0 { t_end } else { b }.saturating_sub(t0)))
-        .collect();
+    // When the transmit and the call programs were off, relative to the window's start.
+    let relative = |off: &[(u64, u64)]| -> Vec<(u64, u64)> {
+        off.iter().map(|&(a, b)| (a.saturating_sub(t0), if b == 0 { t_end } else { b }.saturating_sub(t0))).collect()
+    };
+    let (xmit_off, gaps) = (relative(&s.xmit.off), relative(&s.calls.off));
     drop(s);
+    let window_ns = t_end.saturating_sub(t0);
+    let sliced = cycle.map(|c| Sliced {
+        from_s: c.from.as_secs_f64(),
+        on_s: window_ns.saturating_sub(gaps.iter().map(|&(a, b)| b.saturating_sub(a)).sum()) as f64 / 1e9,
+        window_s: window_ns as f64 / 1e9,
+        ended_s: c.ended.map(|t| t.as_secs_f64()),
+    });
     let mut dec = Decoder::new(&req.known, &req.listen_ports, t0, hooks == Hooks::Sock);
     dec.run(&mut records, t_end);
     dec.dropped += overflow;
@@ -261,6 +289,9 @@ tracepoints were not used ({})",
     });
     if let Some(s) = sampled {
         notes.push(sample::note(&s));
+    }
+    if let Some(s) = &sliced {
+        notes.push(cycle::note(s));
     }
     if let Some(n) = xmit_note(&xmit_off, &holds, t_end.saturating_sub(t0)) {
         notes.push(n);
@@ -297,7 +328,8 @@ tracepoints were not used ({})",
         signals: 0,
         calibration: None,
         untimed: hooks == Hooks::Sock,
+        gaps,
         notes,
     };
-    Ok((rec, Extra { lost, sent, calibration, holds, hooks, sampled }))
+    Ok((rec, Extra { lost, sent, calibration, holds, hooks, sampled, sliced }))
 }

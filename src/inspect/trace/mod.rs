@@ -148,6 +148,9 @@ struct Recording {
     calibration: Option<ptrace::Calibration>,
     /// Calls recorded as they ended, without their start (eBPF on the socket tracepoints).
     untimed: bool,
+    /// When the call programs were detached (ns since the window began,
+    /// from, to): the calls then are not seen (eBPF's slices).
+    gaps: Vec<(u64, u64)>,
     notes: Vec<String>,
 }
 

@@ -146,6 +146,13 @@ threads lost {:.2} % of their time{}",
     if let Some(s) = x.sampled {
         text.push_str(&format!("; from {:.2} s on, one TCP_NODELAY socket in {} was traced", s.from_s, s.one_in));
     }
+    let share = x.sliced.map_or(1.0, |s| (s.on_s / s.window_s.max(1e-9)).min(1.0));
+    if let Some(s) = x.sliced {
+        text.push_str(&format!(
+            ", and the call programs were attached in slices, {:.1} of {:.1} s",
+            s.on_s, s.window_s
+        ));
+    }
     TraceCost {
         tracepoints: x.hooks.name(),
         records: x.sent,
@@ -158,6 +165,8 @@ threads lost {:.2} % of their time{}",
         added_ms_per_response: added_ms,
         sampled_one_in: x.sampled.map_or(1, |s| s.one_in),
         sampled_from_s: x.sampled.map(|s| s.from_s),
+        calls_attached_share: share,
+        sliced_from_s: x.sliced.map(|s| s.from_s),
         text,
     }
 }

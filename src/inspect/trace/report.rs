@@ -44,7 +44,7 @@ pub(super) fn report(
     }
     // Entry order, so that a call that blocked sorts where it began.
     rec.events.sort_by_key(|e| e.t_ns);
-    let d = detect::detect(&rec.events, &rec.socks);
+    let d = detect::detect(&rec.events, &rec.socks, &rec.gaps);
     let ms = |ns: u64| ns as f64 / 1e6;
     let kinds = d
         .kinds
@@ -87,7 +87,9 @@ connection's peer ACKs at once (quick-ACK mode), so they do not stall",
         ));
     }
     if d.unfinished > 0 {
-        notes.push(format!("{} response(s) were still open when the trace ended (not counted)", d.unfinished));
+        let when =
+            if rec.gaps.is_empty() { "the trace ended" } else { "the trace ended or the call programs were detached" };
+        notes.push(format!("{} response(s) were still open when {when} (not counted)", d.unfinished));
     }
     if extra.is_none() {
         notes.push(

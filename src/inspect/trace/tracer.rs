@@ -114,6 +114,7 @@ impl Tracer {
                 signals: 0,
                 calibration: None,
                 untimed: false,
+                gaps: Vec::new(),
                 notes: Vec::new(),
             },
             other_arch: 0,

@@ -200,6 +200,13 @@ pub struct TraceCost {
     pub sampled_one_in: u32,
     /// Seconds into the window when sampling began.
     pub sampled_from_s: Option<f64>,
+    /// Share of the window the call programs were attached: 1 unless every
+    /// traced socket had TCP_NODELAY and their calls came fast, when they are
+    /// attached in slices from `sliced_from_s` on (the calls in between are
+    /// not seen).
+    pub calls_attached_share: f64,
+    /// Seconds into the window when the slices began.
+    pub sliced_from_s: Option<f64>,
     /// The cost in words.
     pub text: String,
 }

@@ -29,6 +29,8 @@ p.add_argument("--think-ms", type=float, default=45.0)
 p.add_argument("--max-seconds", type=float, default=60.0)
 p.add_argument("--server", default="wwr-lab", help="the Server header's value (bytes as given, control characters too)")
 p.add_argument("--answer-connections", type=int, default=0, help="0: all")
+p.add_argument("--nagle-after", type=int, default=0,
+               help="with --nodelay: connections accepted after this many keep Nagle on (0: none)")
 p.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="speak HTTPS with this PEM certificate and key")
 a = p.parse_args()
 TLS = None
@@ -54,11 +56,10 @@ def read_request(conn, buf):
 
 
 def handle(conn):
-    if a.nodelay:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    else:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
-    answer = a.answer_connections == 0 or next(ACCEPTED) <= a.answer_connections
+    n = next(ACCEPTED)
+    nodelay = a.nodelay and (a.nagle_after == 0 or n <= a.nagle_after)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if nodelay else 0)
+    answer = a.answer_connections == 0 or n <= a.answer_connections
     buf = b""
     try:
         if TLS:

@@ -1,9 +1,10 @@
 //! Loaded and attached programs: the maps the recorder reads and writes,
-//! the ring, the CPUs' stages, and the transmit program attached on demand.
+//! the ring, the CPUs' stages, and the programs attached and detached while
+//! it runs (the transmit program on demand, the call programs in slices).
 
 use super::super::records::{self, Stage};
 use super::raw::{Raw, keep};
-use super::{EMPTY, FORCE_SYSCALLS, Hooks, XMIT, env_set};
+use super::{ALWAYS, EMPTY, FORCE_SYSCALLS, Hooks, XMIT, env_set};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::BtfTracePoint;
 use aya::programs::tp_btf::BtfTracePointLinkId;
@@ -23,7 +24,13 @@ pub(super) fn start() -> Result<Session, String> {
 
 fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String> {
     let consts = [("syscalls", u8::from(hooks == Hooks::Syscalls)), ("empty", u8::from(env_set(EMPTY)))];
-    let mut bpf = crate::ebpf::load_with(crate::ebpf::TRACE_OBJ, &consts, &hooks.programs(), &[XMIT])?;
+    // The socket tracepoints' call programs are attached here, not at load,
+    // so that they can be detached and attached again (`set_calls`).
+    let (now, later): (Vec<_>, Vec<_>) = match hooks {
+        Hooks::Sock => (ALWAYS.to_vec(), [XMIT].into_iter().chain(hooks.calls()).collect()),
+        Hooks::Syscalls => (hooks.calls().into_iter().chain(ALWAYS).collect(), vec![XMIT]),
+    };
+    let mut bpf = crate::ebpf::load_with(crate::ebpf::TRACE_OBJ, &consts, &now, &later)?;
     let take =
         |bpf: &mut aya::Ebpf, name: &str| bpf.take_map(name).ok_or_else(|| format!("the BPF object has no map {name}"));
     let map_err = |e: aya::maps::MapError| format!("BPF map: {e}");
@@ -34,20 +41,73 @@ fn start_with(hooks: Hooks, not_sock: Option<String>) -> Result<Session, String>
             calls.set(nr, code, 0).map_err(map_err)?;
         }
     }
-    Ok(Session {
+    let sock_calls = hooks.calls();
+    let mut s = Session {
         traced: Array::try_from(take(&mut bpf, "traced")?).map_err(map_err)?,
         ring: RingBuf::try_from(take(&mut bpf, "events")?).map_err(map_err)?,
         counts: PerCpuArray::try_from(take(&mut bpf, "counts")?).map_err(map_err)?,
         stages: PerCpuArray::try_from(take(&mut bpf, "stages")?).map_err(map_err)?,
         want_xmit: Array::try_from(take(&mut bpf, "want_xmit")?).map_err(map_err)?,
         sampling: Array::try_from(take(&mut bpf, "sampling")?).map_err(map_err)?,
-        xmit: None,
-        xmit_off: Vec::new(),
+        xmit: Switch::new(&[XMIT]),
+        calls: Switch::new(if hooks == Hooks::Sock { &sock_calls } else { &[] }),
         hooks,
         not_sock,
         _calls: calls,
         bpf: Some(bpf),
-    })
+    };
+    s.set_calls(true)?;
+    s.calls.off.clear();
+    Ok(s)
+}
+
+/// BTF tracepoint programs attached and detached together while the rest
+/// stay attached, and when they were off.
+pub(super) struct Switch {
+    progs: Vec<(&'static str, &'static str)>,
+    links: Vec<BtfTracePointLinkId>,
+    /// (from, to) in monotonic ns, `to` 0 while still off; `from` is taken
+    /// before detaching and `to` before attaching, so that every record made
+    /// in between (a program still running as it was detached) falls inside.
+    pub(super) off: Vec<(u64, u64)>,
+}
+
+impl Switch {
+    fn new(progs: &[(&'static str, &'static str)]) -> Switch {
+        Switch { progs: progs.to_vec(), links: Vec::new(), off: Vec::new() }
+    }
+
+    pub(super) fn is_on(&self) -> bool {
+        !self.links.is_empty()
+    }
+
+    /// Attaches (`on`) or detaches the programs; nothing when they already are.
+    fn set(&mut self, bpf: &mut aya::Ebpf, on: bool) -> Result<(), String> {
+        if on == self.is_on() || self.progs.is_empty() {
+            return Ok(());
+        }
+        let now = crate::ebpf::monotonic_ns();
+        if on {
+            if let Some(off) = self.off.last_mut().filter(|o| o.1 == 0) {
+                off.1 = now;
+            }
+        } else {
+            self.off.push((now, 0));
+        }
+        let mut links = std::mem::take(&mut self.links).into_iter();
+        for &(name, tp) in &self.progs {
+            let p: &mut BtfTracePoint = bpf
+                .program_mut(name)
+                .and_then(|p| p.try_into().ok())
+                .ok_or_else(|| format!("the BPF object has no BTF tracepoint program {name}"))?;
+            if on {
+                self.links.push(p.attach().map_err(|e| format!("attaching {name} to {tp}: {e}"))?);
+            } else if let Some(link) = links.next() {
+                p.detach(link).map_err(|e| format!("detaching {name}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Loaded and attached programs: dropping it detaches them.
@@ -62,11 +122,11 @@ pub(super) struct Session {
     /// Which TCP_NODELAY sockets are traced: a mask (low half; 0: all) and
     /// the value a socket's hash under it must have (high half).
     sampling: Array<MapData, u64>,
-    /// The transmit program's link while it is attached.
-    pub(super) xmit: Option<BtfTracePointLinkId>,
-    /// When it was off during the window: (from, to) in monotonic ns, `to`
-    /// 0 while still off.
-    pub(super) xmit_off: Vec<(u64, u64)>,
+    /// The transmit program, attached while some socket needs it.
+    pub(super) xmit: Switch,
+    /// The call programs at the socket tracepoints (none with the syscall
+    /// ones), attached in slices on a busy TCP_NODELAY-only server.
+    pub(super) calls: Switch,
     pub(super) hooks: Hooks,
     pub(super) not_sock: Option<String>,
     _calls: Array<MapData, u8>,
@@ -91,6 +151,12 @@ impl Session {
     /// Calls seen so far on TCP_NODELAY sockets of the traced processes.
     pub(super) fn nodelay_calls(&self) -> u64 {
         self.counts.get(&1, 0).map(|v| v.iter().sum()).unwrap_or(0)
+    }
+
+    /// Calls seen so far on the traced processes' other sockets (Nagle on, or
+    /// corked) once past their first response (two reads of data).
+    pub(super) fn nagle_calls(&self) -> u64 {
+        self.counts.get(&2, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
 
     /// From now on, traces the TCP_NODELAY sockets whose hash is `pick` in
@@ -136,24 +202,13 @@ impl Session {
     /// Attaches (`on`) or detaches the transmit program.
     pub(super) fn set_xmit(&mut self, on: bool) -> Result<(), String> {
         let bpf = self.bpf.as_mut().ok_or("the programs are detached")?;
-        let p: &mut BtfTracePoint = bpf
-            .program_mut(XMIT.0)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| format!("the BPF object has no BTF tracepoint program {}", XMIT.0))?;
-        match (on, self.xmit.take()) {
-            (true, None) => {
-                self.xmit = Some(p.attach().map_err(|e| format!("attaching {} to {}: {e}", XMIT.0, XMIT.1))?);
-                if let Some(off) = self.xmit_off.last_mut().filter(|o| o.1 == 0) {
-                    off.1 = crate::ebpf::monotonic_ns();
-                }
-            }
-            (false, Some(link)) => {
-                p.detach(link).map_err(|e| format!("detaching {}: {e}", XMIT.0))?;
-                self.xmit_off.push((crate::ebpf::monotonic_ns(), 0));
-            }
-            (_, link) => self.xmit = link,
-        }
-        Ok(())
+        self.xmit.set(bpf, on)
+    }
+
+    /// Attaches (`on`) or detaches the call programs (socket tracepoints only).
+    pub(super) fn set_calls(&mut self, on: bool) -> Result<(), String> {
+        let bpf = self.bpf.as_mut().ok_or("the programs are detached")?;
+        self.calls.set(bpf, on)
     }
 
     /// Whether a program asked for the transmit program.
@@ -164,6 +219,7 @@ impl Session {
     /// Detaches the programs; the maps stay readable.
     pub(super) fn detach(&mut self) {
         self.bpf = None;
-        self.xmit = None;
+        self.xmit.links.clear();
+        self.calls.links.clear();
     }
 }
