@@ -7,10 +7,13 @@
 # One `wrk -t 2 -c 10` (keep-alive) runs against the lab's nginx (`tcp_nodelay on`,
 # one CPU-bound worker) for the whole script. Meanwhile phases of SECONDS follow
 # each other: nothing attached, then an eBPF trace as run by default (`ebpf`:
-# busy TCP_NODELAY sockets sampled after its first 0.5 s), nothing, an eBPF
-# trace of every socket (`all`: --sample all), nothing, the empty programs
-# (TCPDOCTOR_TRACE_EMPTY=1: attached, returning at once; the floor of any trace
-# at these hooks), nothing, … PAIRS times. A traced phase is the trace's own
+# busy TCP_NODELAY sockets sampled after its first 0.25 s, and the call
+# programs attached in slices), nothing, an eBPF trace of every socket (`all`:
+# --sample all), nothing, the empty programs (TCPDOCTOR_TRACE_EMPTY=1:
+# attached, returning at once; the floor of any trace at these hooks),
+# nothing, … PAIRS times. CASES="ebpf noslices" (say) picks the cases;
+# `noslices` is the default trace with TCPDOCTOR_TRACE_NO_SLICES=1 (sampled,
+# attached all the time). A traced phase is the trace's own
 # window: from its "tracing pid" line to the SIGINT that ends it (its start-up
 # and its analysis after are outside every phase: the next untraced phase starts
 # 0.3 s after it exited). nginx's throughput in a phase is its write calls
@@ -22,6 +25,7 @@
 #
 #   bench/inspect_trace_paired.sh [PAIRS] [SECONDS]     (default 8 pairs of 2 s)
 #   TCPDOCTOR=/path/to/tcpdoctor bench/inspect_trace_paired.sh …
+#   CASES="ebpf noslices" bench/inspect_trace_paired.sh …   (default: ebpf all empty)
 #
 # Traffic goes only to 127.0.0.1; every process started here is stopped by PID,
 # and wrk ends by itself (-d) even if the script is killed.
@@ -29,6 +33,7 @@ set -euo pipefail
 
 PAIRS=${1:-8}
 SECS=${2:-2}
+read -r -a CASES <<<"${CASES:-ebpf all empty}"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -59,11 +64,11 @@ sample() {
 
 # Phases: none, then (ebpf|empty), none, … ; generous wrk duration (each traced
 # phase also waits for the tracer's start-up, ~0.2 s, and its exit).
-PHASES=$((6 * PAIRS + 1))
+PHASES=$((2 * ${#CASES[@]} * PAIRS + 1))
 DUR=$((PHASES * (SECS + 3) + 10))
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); kernel $(uname -r); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$($TD --version) ($TD); $(/usr/sbin/nginx -v 2>&1); nginx pid $PID at $URL"
-echo "load: one wrk -t 2 -c 10 (keep-alive) for at most ${DUR}s; $PAIRS pairs of each case, phases of ${SECS}s"
+echo "load: one wrk -t 2 -c 10 (keep-alive) for at most ${DUR}s; $PAIRS pairs of each case (${CASES[*]}), phases of ${SECS}s"
 read -r _ w_start _ < <(sample)
 wrk -t 2 -c 10 -d "${DUR}s" "$URL" >"$WORK/wrk.out" &
 WRK=$!
@@ -79,11 +84,12 @@ untraced() {
     echo "none $a $b" >>"$WORK/phases"
 }
 traced() { # CASE
-    local empty=0 sample=auto a b
+    local empty=0 sample=auto noslices=0 a b
     [ "$1" = empty ] && empty=1
     [ "$1" = all ] && sample=all
+    [ "$1" = noslices ] && noslices=1
     : >"$WORK/err"
-    TCPDOCTOR_TRACE_EMPTY=$empty "$TD" inspect ":$PORT" --trace "$((SECS + 20))s" --method ebpf --sample "$sample" --json \
+    TCPDOCTOR_TRACE_EMPTY=$empty TCPDOCTOR_TRACE_NO_SLICES=$noslices "$TD" inspect ":$PORT" --trace "$((SECS + 20))s" --method ebpf --sample "$sample" --json \
         >"$WORK/trace.json" 2>"$WORK/err" &
     TRACER=$!
     trace_started "$TRACER" "$WORK/err"
@@ -91,23 +97,28 @@ traced() { # CASE
     t_a=$(cpu_ticks "$TRACER")
     sleep "$SECS"
     b=$(sample)
-    echo "$1 $(( $(cpu_ticks "$TRACER") - t_a ))" >>"$WORK/tracer"
+    local ticks=$(( $(cpu_ticks "$TRACER") - t_a ))
     kill -INT "$TRACER"
     # The empty programs' trace saw nothing, which tcpdoctor reports as such (exit 5).
     wait "$TRACER" || [ "$1" = empty ]
     TRACER=""
+    # With it, the share of the window the call programs were attached (slices) and the socket sample.
+    echo "$1 $ticks $(python3 -c 'import json, sys
+try:
+    c = json.load(open(sys.argv[1]))["trace"]["cost"]
+    print(c.get("calls_attached_share", 1), c.get("sampled_one_in", 1))
+except Exception:
+    print("- -")' "$WORK/trace.json")" >>"$WORK/tracer"
     echo "$1 $a $b" >>"$WORK/phases"
     sleep 0.3
 }
 
 untraced
 for _ in $(seq "$PAIRS"); do
-    traced ebpf
-    untraced
-    traced all
-    untraced
-    traced empty
-    untraced
+    for case in "${CASES[@]}"; do
+        traced "$case"
+        untraced
+    done
 done
 kill -0 "$WRK" 2>/dev/null || { echo "wrk ended before the phases did (its -d was too short for this machine)" >&2; exit 1; }
 kill -INT "$WRK"
@@ -144,10 +155,15 @@ for case, r in out.items():
     print(f"{case:<6} throughput {statistics.median(th):.3f}x untraced (pairs {th[0]:.3f}-{th[-1]:.3f}, "
           f"quartiles {q(th, .25):.3f}-{q(th, .75):.3f}); nginx CPU a response {statistics.median(cp):.3f}x "
           f"({cp[0]:.3f}-{cp[-1]:.3f})")
-own = {}
+own, shares = {}, {}
 for line in open(sys.argv[5]):
-    case, ticks = line.split()
+    case, ticks, share, one_in = line.split()
     own.setdefault(case, []).append(int(ticks) * 10 / float(sys.argv[6]))
+    if share != "-":
+        shares.setdefault(case, []).append((float(share), int(one_in)))
+for case, v in shares.items():
+    print(f"{case:<6} call programs attached {min(s for s, _ in v):.2f}-{max(s for s, _ in v):.2f} of the window "
+          f"(1: no slices); one TCP_NODELAY socket in {min(o for _, o in v)}-{max(o for _, o in v)} traced")
 for case, v in own.items():
     print(f"{case:<6} tcpdoctor's own CPU in its window: median {statistics.median(v):.0f} ms a second "
           f"({min(v):.0f}-{max(v):.0f}; /proc ticks of 10 ms)")

@@ -49,7 +49,7 @@ pub struct Args {
     /// Force how --trace records: `ebpf` (fail if it cannot load) or `ptrace`.
     #[arg(long, value_enum, requires = "trace")]
     method: Option<TraceMethodArg>,
-    /// eBPF: `auto` traces one TCP_NODELAY socket in 2, 4, 8… once such sockets' calls pass 20,000 a second (Nagle and corked sockets always all), and then, while no Nagle or corked socket is seen, in 0.25 s slices of every 0.5 s; `all` traces every socket all the time.
+    /// eBPF: `auto` traces one TCP_NODELAY socket in 2, 4, 8… once such sockets' calls pass 20,000 a second (Nagle and corked sockets always all), and then, while no Nagle or corked socket is seen, in 0.25 s slices of every 0.75 s; `all` traces every socket all the time.
     #[arg(long, value_enum, default_value = "auto", requires = "trace")]
     sample: SampleArg,
     /// Print the results as JSON (schema in the README).

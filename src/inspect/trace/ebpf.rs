@@ -39,6 +39,9 @@ pub(crate) const FORCE_SYSCALLS: &str = "TCPDOCTOR_TRACE_SYSCALLS";
 /// Set likewise, the programs are attached but return at once and record
 /// nothing: the floor of bench/inspect_trace.sh (what being attached costs).
 pub(crate) const EMPTY: &str = "TCPDOCTOR_TRACE_EMPTY";
+/// Set likewise, busy TCP_NODELAY sockets are sampled but the call programs
+/// never attached in slices: for bench/inspect_trace_paired.sh's comparison.
+pub(crate) const NO_SLICES: &str = "TCPDOCTOR_TRACE_NO_SLICES";
 
 fn env_set(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0")
@@ -213,7 +216,7 @@ pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Ext
                     Err(e) => notes.push(format!("every socket was traced: sampling could not be set ({e})")),
                 }
                 // Every socket so far had TCP_NODELAY: slices too.
-                if sampled.is_some() && s.nagle_calls() == nagle0 {
+                if sampled.is_some() && s.nagle_calls() == nagle0 && !env_set(NO_SLICES) {
                     match Cycle::start(&mut s, started.elapsed(), nagle0) {
                         Ok(c) => cycle = Some(c),
                         Err(e) => notes.push(format!("the call programs stayed attached: {e}")),

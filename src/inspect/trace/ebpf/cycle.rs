@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// How long the call programs stay attached in a slice, and detached between.
 pub(super) const ON: Duration = Duration::from_millis(250);
-pub(super) const OFF: Duration = Duration::from_millis(250);
+pub(super) const OFF: Duration = Duration::from_millis(500);
 
 /// What slicing did during a trace.
 #[derive(Clone, Copy, Debug, PartialEq)]
