@@ -20,7 +20,7 @@ pub(super) const OFF: Duration = Duration::from_millis(500);
 /// What slicing did during a trace.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Sliced {
-    /// Seconds into the window when the first slice ended.
+    /// Seconds into the window when the programs were first detached.
     pub from_s: f64,
     /// Seconds the call programs were attached, of `window_s`.
     pub on_s: f64,
