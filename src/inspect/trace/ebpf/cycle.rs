@@ -35,7 +35,6 @@ pub(super) struct Cycle {
     pub from: Duration,
     /// When the programs are switched next (window time).
     next: Duration,
-    on: bool,
     /// Calls on other than TCP_NODELAY sockets when the window began.
     nagle0: u64,
     pub ended: Option<Duration>,
@@ -45,7 +44,7 @@ impl Cycle {
     /// Starts the slices at `now` (window time), detaching the programs.
     pub(super) fn start(s: &mut Session, now: Duration, nagle0: u64) -> Result<Cycle, String> {
         s.set_calls(false)?;
-        Ok(Cycle { from: now, next: now + OFF, on: false, nagle0, ended: None })
+        Ok(Cycle { from: now, next: now + OFF, nagle0, ended: None })
     }
 
     /// Whether the slices go on.
@@ -64,15 +63,15 @@ impl Cycle {
         if !self.running() || now < self.next {
             return Ok(());
         }
-        if !self.on {
+        if !s.calls.is_on() {
             s.set_calls(true)?;
-            (self.on, self.next) = (true, now + ON);
+            self.next = now + ON;
         } else if s.nagle_calls() > self.nagle0 {
             // A socket that Nagle may hold: traced whole from here on.
             self.ended = Some(now);
         } else {
             s.set_calls(false)?;
-            (self.on, self.next) = (false, now + OFF);
+            self.next = now + OFF;
         }
         Ok(())
     }
