@@ -1,5 +1,6 @@
 //! The connection table.
 
+mod conns;
 mod settle;
 
 #[cfg(test)]
@@ -9,8 +10,8 @@ use super::book::{Book, Shared};
 use super::half::{Half, Sample};
 use super::roles::{Ephemeral, Roles};
 use super::{ConnId, ConnInfo, Event, EventKind, RoleSource, Side};
-use crate::wire::{Endpoint, Segment};
-use rustc_hash::FxHashMap;
+use crate::wire::Segment;
+use conns::{Conns, Key, key};
 use settle::{Settle, settle};
 
 /// Closed connections stay this long to absorb late retransmitted FINs/ACKs.
@@ -67,54 +68,9 @@ struct Conn<T> {
     state: T,
 }
 
-/// Both endpoints as integers (IPv4 mapped into IPv6), lower end first:
-/// cheap to hash and compare, unlike a pair of `IpAddr` enums.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Key {
-    lo: u128,
-    hi: u128,
-    ports: u32,
-}
-
-impl std::hash::Hash for Key {
-    /// One well-mixed word for the hasher instead of five: the addresses
-    /// folded side by side (an IPv4 address lies wholly in the low half),
-    /// multiplied with the ports into 128 bits and folded back, so that every
-    /// input bit reaches the bits the table indexes by (the hasher alone only
-    /// carries bits upward).
-    #[inline]
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        let fold = |x: u128| (x as u64) ^ (x >> 64) as u64;
-        let a = fold(self.lo) ^ fold(self.hi).rotate_left(32);
-        let m = u128::from(a ^ 0x243f_6a88_85a3_08d3) * u128::from(u64::from(self.ports) ^ 0x1319_8a2e_0370_7344);
-        h.write_u64((m as u64) ^ (m >> 64) as u64);
-    }
-}
-
-#[inline]
-fn addr_bits(e: &Endpoint) -> u128 {
-    match e.ip {
-        std::net::IpAddr::V4(a) => u128::from(u32::from(a)) | 0xffff_0000_0000,
-        std::net::IpAddr::V6(a) => u128::from(a),
-    }
-}
-
-/// The key of a segment from `a` to `b`, and whether `a` is its lower end.
-#[inline]
-fn key(a: &Endpoint, b: &Endpoint) -> (Key, bool) {
-    let (x, y) = (addr_bits(a), addr_bits(b));
-    if (x, a.port) <= (y, b.port) {
-        (Key { lo: x, hi: y, ports: u32::from(a.port) << 16 | u32::from(b.port) }, true)
-    } else {
-        (Key { lo: y, hi: x, ports: u32::from(b.port) << 16 | u32::from(a.port) }, false)
-    }
-}
-
 /// Tracks every connection in a capture.
 pub struct Tracker<T> {
-    /// Boxed: the probe then walks small entries (key and pointer), not
-    /// connections of a kilobyte and more.
-    map: FxHashMap<Key, Box<Conn<T>>>,
+    map: Conns<Conn<T>>,
     next_id: ConnId,
     since_sweep: u32,
     idle_ns: i64,
@@ -137,7 +93,7 @@ impl<T: Default> Tracker<T> {
     /// (`watch`) must not grow with what passes.
     pub fn with_limits(idle_ns: i64, max_conns: usize) -> Self {
         Tracker {
-            map: FxHashMap::default(),
+            map: Conns::default(),
             next_id: 1,
             since_sweep: 0,
             idle_ns: idle_ns.max(1),
@@ -185,7 +141,7 @@ impl<T: Default> Tracker<T> {
 
     /// Whether no connection is held.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.len() == 0
     }
 
     /// Connections finished early to stay within the cap, so far.
@@ -206,7 +162,7 @@ impl<T: Default> Tracker<T> {
     /// longest silent.
     fn evict<S: Sink<T>>(&mut self, sink: &mut S) {
         let n = (self.max_conns / 8).max(1).min(self.map.len());
-        let mut all: Vec<(bool, i64, Key)> = self.map.iter().map(|(k, c)| (!c.closed, c.totals.last_ts, *k)).collect();
+        let mut all: Vec<(bool, i64, Key)> = self.map.iter().map(|(k, c)| (!c.closed, c.totals.last_ts, k)).collect();
         if n < all.len() {
             all.select_nth_unstable_by_key(n - 1, |&(open, ts, _)| (open, ts));
         }
@@ -248,14 +204,14 @@ impl<T: Default> Tracker<T> {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
         self.roles.met(seg.frame, seg.src, seg.dst);
-        let conn = self.map.entry(k).or_insert_with(|| Box::new(new_conn(id, seg, src_lo, &mut self.roles)));
+        let conn = self.map.insert(k, Box::new(new_conn(id, seg, src_lo, &mut self.roles)));
         step(conn, seg, src_lo, sink, &mut self.roles);
     }
 
     /// Finishes every connection still open (end of capture), in order of
     /// their first frame (the same order whichever shard holds them).
     pub fn finish<S: Sink<T>>(&mut self, sink: &mut S) {
-        let mut rest: Vec<Box<Conn<T>>> = self.map.drain().map(|(_, c)| c).collect();
+        let mut rest: Vec<Box<Conn<T>>> = self.map.drain().collect();
         rest.sort_by_key(|c| c.totals.first_frame);
         for c in rest {
             sink.close(&c.info, c.state, &c.totals);
@@ -270,7 +226,7 @@ impl<T: Default> Tracker<T> {
                 let quiet = now - c.totals.last_ts;
                 (c.closed && quiet > LINGER_NS) || quiet > self.idle_ns
             })
-            .map(|(k, c)| (c.totals.first_frame, *k))
+            .map(|(k, c)| (c.totals.first_frame, k))
             .collect();
         // By first frame, not the map's order: the same order whichever shard holds them.
         done.sort_unstable_by_key(|d| d.0);
@@ -405,7 +361,7 @@ fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Flags, TcpOptions};
+    use crate::wire::{Endpoint, Flags, TcpOptions};
 
     #[derive(Default)]
     struct Last(Option<ConnInfo>);
