@@ -9,11 +9,16 @@
 # while `wrk -t2 -c50 -d30s` loads nginx, then stops everything by PID.
 # Traffic goes only to 127.0.0.1. Every step is bounded by `timeout`.
 # Needs root (tcpdump on lo) and nginx, wrk, tcpdump, capinfos.
+#
+# CLOSE=1: wrk sends `Connection: close`, so every request opens a connection
+# of its own (a capture of many short connections, ~10 packets each).
 set -euo pipefail
 
 OUT=${1:?usage: $0 OUT.pcap [PACKETS]}
 PACKETS=${2:-2000000}
 MAX_WRK_ROUNDS=${MAX_WRK_ROUNDS:-4}   # 30 s each; more rounds only if 30 s was not enough
+WRK_HEADER=()
+if [ "${CLOSE:-0}" = 1 ]; then WRK_HEADER=(-H "Connection: close"); fi
 
 for t in nginx wrk tcpdump capinfos ss; do
     command -v "$t" >/dev/null || { echo "missing tool: $t" >&2; exit 1; }
@@ -60,8 +65,8 @@ sleep 1   # let tcpdump attach its filter before load starts
 round=0
 while kill -0 "$TCPDUMP_PID" 2>/dev/null && [ "$round" -lt "$MAX_WRK_ROUNDS" ]; do
     round=$((round + 1))
-    echo "wrk round $round: wrk -t2 -c50 -d30s http://127.0.0.1:$PORT/"
-    timeout 45 wrk -t2 -c50 -d30s "http://127.0.0.1:$PORT/" > "$WORK/wrk.out" 2>&1 &
+    echo "wrk round $round: wrk -t2 -c50 -d30s ${WRK_HEADER[*]} http://127.0.0.1:$PORT/"
+    timeout 45 wrk -t2 -c50 -d30s "${WRK_HEADER[@]}" "http://127.0.0.1:$PORT/" > "$WORK/wrk.out" 2>&1 &
     WRK_PID=$!
     # Stop the load as soon as tcpdump has its packets.
     while kill -0 "$WRK_PID" 2>/dev/null; do

@@ -261,8 +261,7 @@ pub(crate) struct FileResult {
     pub(crate) expect: FxHashMap<(IpAddr, Endpoint), CountAgg>,
     /// Servers whose slow answers waited for another server's exchanges (a proxy and its upstream).
     pub(crate) upstream: FxHashMap<Endpoint, UpstreamWait>,
-    pub(crate) conns: Vec<record::Connection>,
-    pub(crate) conns_omitted: u64,
+    pub(crate) conns: super::conns::Rows,
     pub(crate) guessed_roles: u64,
     pub(crate) heads_unread: HeadsUnread,
     /// Connections whose roles were swapped by later evidence after something

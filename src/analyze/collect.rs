@@ -5,6 +5,7 @@ use super::Options;
 use super::agg::{
     At, FileResult, HeadsUnread, MAX_ENDPOINTS, STALLED_LADDERS, STALLED_PER_CONN, ServerAgg, bounded_entry,
 };
+use super::conns::Row as ConnRow;
 use crate::detect::{Detectors, Exchange, Observation, Observer, Stall, Times};
 use crate::record::{self, ExchangeTimes, Ladder, Mark, Row};
 use crate::tcp::table::Totals;
@@ -17,9 +18,6 @@ mod rows;
 
 /// Rows kept for an exchange's ladder.
 const EXCHANGE_ROWS: usize = 48;
-/// Connection rows kept before trimming to the costliest.
-const CONN_ROWS_MAX: usize = 4096;
-const CONN_ROWS_KEEP: usize = 1024;
 
 /// Per-connection state held while the connection is open. In C order (see `Acc`).
 #[derive(Default)]
@@ -349,7 +347,9 @@ impl Sink<ConnState> for Collector<'_> {
     fn close(&mut self, info: &ConnInfo, state: ConnState, totals: &Totals) {
         let ConnState { mut det, acc: mut st } = state;
         det.finish(totals.last_ts, &mut |o| self.observe(info, &mut st, o));
-        let id = self.conn_id(info.id);
+        // Only the connections a ladder or a note names need their id as text.
+        let tag = self.file_tag;
+        let id = || super::conn_label(tag, info.id);
         let (at, ff) = ((self.now, totals.first_frame), totals.first_frame);
         if info.roles == RoleSource::LowerPort {
             self.r.guessed_roles += 1;
@@ -362,7 +362,7 @@ impl Sink<ConnState> for Collector<'_> {
         };
         if let Some(((count, first), frame)) = doubt {
             *count += 1;
-            first.get_or_insert((at, id.clone(), frame));
+            first.get_or_insert_with(|| (at, id(), frame));
         }
         if let Some(slot) = self.server_slot(info, &mut st) {
             let server = &mut self.slots[slot].1;
@@ -384,27 +384,31 @@ impl Sink<ConnState> for Collector<'_> {
             }
         }
         let dur = crate::words::dur;
+        let mut id = Lazy(None, id);
         for (rank, (stall, rows, times)) in std::mem::take(&mut st.stalled).into_iter().enumerate() {
             if !self.r.stalled.worth((rank, -stall, ff)) {
                 break;
             }
+            let id = id.get();
             let title = match rank {
                 0 => format!("Worst stalled exchange: connection {id}, {} lost", dur(stall)),
                 n => format!("Worst stalled exchange #{}: connection {id}, {} lost", n + 1, dur(stall)),
             };
-            self.r.stalled.keep((rank, -stall, ff), Self::ladder(info, &id, title, rows, Some(exchange_times(&times))));
+            self.r.stalled.keep((rank, -stall, ff), Self::ladder(info, id, title, rows, Some(exchange_times(&times))));
         }
         if let Some((rows, times)) = st.slowest.take()
             && self.r.slowest.worth((0, -times.total, ff))
         {
+            let id = id.get();
             let title = format!("Slowest exchange: connection {id}, {} (no stall)", dur(times.total));
             self.r
                 .slowest
-                .keep((0, -times.total, ff), Self::ladder(info, &id, title, rows, Some(exchange_times(&times))));
+                .keep((0, -times.total, ff), Self::ladder(info, id, title, rows, Some(exchange_times(&times))));
         }
         if let Some(rows) = st.flow.take() {
+            let id = id.get();
             let title = format!("Connection {id}: {} → {}", info.client, info.server);
-            let mut l = Self::ladder(info, &id, title, rows, None);
+            let mut l = Self::ladder(info, id, title, rows, None);
             l.truncated = st.flow_truncated;
             self.r.flow = Some(l);
         }
@@ -413,29 +417,41 @@ impl Sink<ConnState> for Collector<'_> {
             _ => None,
         };
         let [rtt_to_client_ms, rtt_to_server_ms] = info.rtt_to.map(|r| r.map(record::ms));
-        self.r.conns.push(record::Connection {
-            id,
-            client: info.client.to_string(),
-            server: info.server.to_string(),
-            server_name: det.server_name().map(str::to_string),
-            roles_from: info.roles.name(),
-            packets: totals.packets,
-            bytes_to_server: totals.bytes[0],
-            bytes_to_client: totals.bytes[1],
-            exchanges: st.exchanges,
-            stalls: st.stalls[0] + st.stalls[1],
-            retransmissions: st.retrans,
-            time_lost_ms: record::ms(st.lost_ns),
-            rtt_ms: rtt,
-            capture_point: info.capture_point().name(),
-            rtt_to_client_ms,
-            rtt_to_server_ms,
-            first_frame: totals.first_frame,
-            duration_ms: record::ms(totals.last_ts - totals.first_ts),
+        self.r.conns.push(ConnRow {
+            tag,
+            id: info.id,
+            client: info.client,
+            server: info.server,
+            rest: record::Connection {
+                id: String::new(),
+                client: String::new(),
+                server: String::new(),
+                server_name: det.server_name().map(str::to_string),
+                roles_from: info.roles.name(),
+                packets: totals.packets,
+                bytes_to_server: totals.bytes[0],
+                bytes_to_client: totals.bytes[1],
+                exchanges: st.exchanges,
+                stalls: st.stalls[0] + st.stalls[1],
+                retransmissions: st.retrans,
+                time_lost_ms: record::ms(st.lost_ns),
+                rtt_ms: rtt,
+                capture_point: info.capture_point().name(),
+                rtt_to_client_ms,
+                rtt_to_server_ms,
+                first_frame: totals.first_frame,
+                duration_ms: record::ms(totals.last_ts - totals.first_ts),
+            },
         });
-        if self.r.conns.len() >= CONN_ROWS_MAX {
-            trim_conns(&mut self.r);
-        }
+    }
+}
+
+/// A value made on first use.
+struct Lazy<T, F>(Option<T>, F);
+
+impl<T, F: Fn() -> T> Lazy<T, F> {
+    fn get(&mut self) -> &T {
+        self.0.get_or_insert_with(&self.1)
     }
 }
 
@@ -444,21 +460,5 @@ fn confirm_tickets(st: &mut Acc, [a, b]: [u64; 2]) {
     st.cur.confirm_tickets(a, b);
     for t in st.flow.iter_mut().flatten().filter(|r| (a..=b).contains(&r.frame)).filter_map(|r| r.tls.as_mut()) {
         t.confirm_tickets();
-    }
-}
-
-/// Keeps the [`CONN_ROWS_KEEP`] costliest connection rows (first seen first on ties).
-pub(super) fn trim_conns(r: &mut FileResult) {
-    r.conns.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(a.first_frame.cmp(&b.first_frame)));
-    r.conns_omitted += r.conns.len().saturating_sub(CONN_ROWS_KEEP) as u64;
-    r.conns.truncate(CONN_ROWS_KEEP);
-}
-
-/// Once rows were left out, the report keeps the costliest [`CONN_ROWS_KEEP`]
-/// of all (not of those left when the last trim happened): the same rows
-/// however the connections were split between shards.
-pub(super) fn final_conns(r: &mut FileResult) {
-    if r.conns_omitted > 0 || r.conns.len() >= CONN_ROWS_MAX {
-        trim_conns(r);
     }
 }

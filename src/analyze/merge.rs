@@ -132,7 +132,6 @@ impl FileResult {
         merge_map(&mut self.upstream, f.upstream, |a, b| a.merge(&b));
         merge_map(&mut self.expect, f.expect, |a, b| a.absorb(b, 2, shard));
         self.conns.extend(f.conns);
-        self.conns_omitted += f.conns_omitted;
         for (r, l) in f.stalled.0 {
             self.stalled.keep(r, l);
         }

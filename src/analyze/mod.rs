@@ -4,6 +4,7 @@
 
 mod agg;
 mod collect;
+mod conns;
 mod limits;
 mod merge;
 mod shards;
@@ -109,7 +110,7 @@ fn finish_file(cap: &Capture, w: Walked) -> Result<FileResult, InputError> {
     let mut windows: Vec<_> = r.servers.iter_mut().map(|(e, s)| (*e, std::mem::take(&mut s.windows))).collect();
     windows.sort_unstable_by_key(|w| w.0);
     r.upstream = upstream::link(&mut windows).into_iter().collect();
-    collect::final_conns(&mut r);
+    r.conns.finish();
     if let Some(d) = &damage {
         r.warnings.push(format!("{}: {d}; analysed the {n} packets before it", cap.name));
     }
@@ -193,7 +194,7 @@ fn finish_file(cap: &Capture, w: Walked) -> Result<FileResult, InputError> {
         tcp_segments: tcp,
         other_packets: other,
         malformed_packets: bad,
-        connections: r.conns.len() as u64 + r.conns_omitted,
+        connections: r.conns.count(),
         start_s: first_ts.unwrap_or(0) as f64 / 1e9,
         duration_ms: record::ms(last_ts - first_ts.unwrap_or(last_ts)),
         damage,

@@ -146,12 +146,13 @@ fn over_cap(r: &FileResult) -> bool {
 fn number(r: &mut FileResult, tag: Option<usize>) {
     let mut created = std::mem::take(&mut r.created);
     created.sort_unstable();
-    let label = |first_frame: u64| {
+    let number = |first_frame: u64| {
         let i = created.partition_point(|&f| f < first_frame) as u64;
-        conn_label(tag, (i % u64::from(u32::MAX)) as u32 + 1)
+        (i % u64::from(u32::MAX)) as u32 + 1
     };
-    for c in &mut r.conns {
-        c.id = label(c.first_frame);
+    let label = |first_frame: u64| conn_label(tag, number(first_frame));
+    for c in &mut r.conns.rows {
+        c.id = number(c.rest.first_frame);
     }
     for (rank, l) in r.stalled.0.iter_mut().chain(r.slowest.0.iter_mut()) {
         let id = label(rank.2);

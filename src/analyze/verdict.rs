@@ -79,14 +79,7 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<record::Input>) -> Report {
         .collect();
     findings.extend(waits.into_iter().map(Finding::UpstreamWait));
     breakdown.sort_by(|a, b| (b.stall_ms * b.exchanges as f64).total_cmp(&(a.stall_ms * a.exchanges as f64)));
-    // Ids are "N" or "F:N": order ties by number, not as strings ("2" before "10").
-    let num = |id: &str| -> (u64, u64) {
-        match id.split_once(':') {
-            Some((f, n)) => (f.parse().unwrap_or(0), n.parse().unwrap_or(0)),
-            None => (0, id.parse().unwrap_or(0)),
-        }
-    };
-    m.conns.sort_by(|a, b| b.time_lost_ms.total_cmp(&a.time_lost_ms).then(num(&a.id).cmp(&num(&b.id))));
+    m.conns.rows.sort_by(super::conns::Row::report_order);
     let stalled_exchanges = std::mem::take(&mut m.stalled).into_ladders();
     let slowest_exchanges = std::mem::take(&mut m.slowest).into_ladders();
     let ladder = m.flow.take().or(stalled_exchanges.first().cloned());
@@ -96,8 +89,8 @@ pub(crate) fn build(mut m: FileResult, inputs: Vec<record::Input>) -> Report {
         inputs,
         findings,
         breakdown,
-        connections: m.conns,
-        connections_omitted: m.conns_omitted,
+        connections_omitted: m.conns.omitted,
+        connections: m.conns.rows.into_iter().map(super::conns::Row::record).collect(),
         ladder,
         stalled_exchanges,
         slowest_exchanges,

@@ -141,6 +141,17 @@ impl Half {
         DataClass::New
     }
 
+    /// Takes `old`'s buffers, emptied (this half is new: its own are empty).
+    pub(crate) fn keep_buffers(&mut self, old: &mut Half) {
+        // A queue grown by one long flight is not kept at that size.
+        const KEEP: usize = 16;
+        old.inflight.clear();
+        old.inflight.shrink_to(KEEP);
+        old.holes.clear();
+        self.inflight = std::mem::take(&mut old.inflight);
+        self.holes = std::mem::take(&mut old.holes);
+    }
+
     /// A FIN takes one sequence number.
     pub(crate) fn fin(&mut self, at: i64) {
         self.fin = true;

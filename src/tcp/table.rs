@@ -20,6 +20,8 @@ const LINGER_NS: i64 = 2_000_000_000;
 const IDLE_NS: i64 = 600_000_000_000;
 /// Packets between sweeps of the table.
 pub const SWEEP_EVERY: u32 = 1 << 16;
+/// Boxes of closed connections kept to hold new ones.
+const SPARE_MAX: usize = 256;
 
 /// Receives the tracker's events. `T` is per-connection state owned by the sink.
 pub trait Sink<T> {
@@ -71,6 +73,10 @@ struct Conn<T> {
 /// Tracks every connection in a capture.
 pub struct Tracker<T> {
     map: Conns<Conn<T>>,
+    /// Boxes of closed connections, with their queues' buffers: a capture of
+    /// many short connections otherwise pays, for each, an aligned allocation
+    /// and the growth of the queues (bench/RESULTS.md).
+    spare: Vec<Box<Conn<T>>>,
     next_id: ConnId,
     since_sweep: u32,
     idle_ns: i64,
@@ -94,6 +100,7 @@ impl<T: Default> Tracker<T> {
     pub fn with_limits(idle_ns: i64, max_conns: usize) -> Self {
         Tracker {
             map: Conns::default(),
+            spare: Vec::new(),
             next_id: 1,
             since_sweep: 0,
             idle_ns: idle_ns.max(1),
@@ -169,7 +176,7 @@ impl<T: Default> Tracker<T> {
         for (_, _, k) in all.into_iter().take(n) {
             if let Some(c) = self.map.remove(&k) {
                 self.evicted += 1;
-                sink.close(&c.info, c.state, &c.totals);
+                self.retire(c, sink);
             }
         }
     }
@@ -195,7 +202,7 @@ impl<T: Default> Tracker<T> {
                 return;
             }
             if let Some(old) = self.map.remove(&k) {
-                sink.close(&old.info, old.state, &old.totals);
+                self.retire(old, sink);
             }
         }
         if self.map.len() >= self.max_conns {
@@ -204,7 +211,15 @@ impl<T: Default> Tracker<T> {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
         self.roles.met(seg.frame, seg.src, seg.dst);
-        let conn = self.map.insert(k, Box::new(new_conn(id, seg, src_lo, &mut self.roles)));
+        let fresh = new_conn(id, seg, src_lo, &mut self.roles);
+        let boxed = match self.spare.pop() {
+            Some(mut b) => {
+                b.renew(fresh);
+                b
+            }
+            None => Box::new(fresh),
+        };
+        let conn = self.map.insert(k, boxed);
         step(conn, seg, src_lo, sink, &mut self.roles);
     }
 
@@ -232,9 +247,27 @@ impl<T: Default> Tracker<T> {
         done.sort_unstable_by_key(|d| d.0);
         for (_, k) in done {
             if let Some(c) = self.map.remove(&k) {
-                sink.close(&c.info, c.state, &c.totals);
+                self.retire(c, sink);
             }
         }
+    }
+
+    /// Closes a connection, keeping its box for a new one.
+    fn retire<S: Sink<T>>(&mut self, mut c: Box<Conn<T>>, sink: &mut S) {
+        sink.close(&c.info, std::mem::take(&mut c.state), &c.totals);
+        if self.spare.len() < SPARE_MAX {
+            self.spare.push(c);
+        }
+    }
+}
+
+impl<T> Conn<T> {
+    /// Becomes `fresh`, keeping only its queues' buffers (emptied).
+    fn renew(&mut self, mut fresh: Conn<T>) {
+        for (new, old) in fresh.half.iter_mut().zip(&mut self.half) {
+            new.keep_buffers(old);
+        }
+        *self = fresh;
     }
 }
 
@@ -512,5 +545,53 @@ mod tests {
         t.segment(&syn_from(1001, 4_000), &mut sink);
         t.expire(6_000, &mut sink);
         assert_eq!((sink.0.clone(), t.len(), t.evicted()), (vec![1000], 1, 0), "idle, not evicted");
+    }
+
+    /// A connection in a box a closed one left starts afresh: nothing of
+    /// the old one's flight (here a segment never acknowledged) reaches it.
+    #[test]
+    fn a_spare_box_holds_nothing_of_its_last_connection() {
+        const MS: i64 = 1_000_000;
+        let mut t: Tracker<()> = Tracker::with_limits(1_000_000_000_000, 100).manual_sweeps();
+        let mut sink = Rtts::default();
+        let server = Endpoint { ip: [10, 0, 0, 1].into(), port: 80 };
+        let mk = |port: u16, ts_ms: i64, from_client: bool, flags: u8, seq: u32, ack: u32, len: u32| {
+            let client = Endpoint { ip: [10, 0, 0, 2].into(), port };
+            let (src, dst) = if from_client { (client, server) } else { (server, client) };
+            Segment {
+                frame: 0,
+                ts_ns: ts_ms * MS,
+                src,
+                dst,
+                seq,
+                ack,
+                flags: Flags(flags),
+                window: 1000,
+                len,
+                options: TcpOptions::default(),
+                payload: &[],
+                ip_id: None,
+                tcp_options: &[],
+            }
+        };
+        let seg = |t: &mut Tracker<()>, sink: &mut Rtts, port, ts_ms, from_client, flags, seq, ack, len| {
+            t.segment(&mk(port, ts_ms, from_client, flags, seq, ack, len), sink);
+            sink.0.last().copied().unwrap()
+        };
+        let (syn, syn_ack, ack, rst) = (Flags::SYN, Flags::SYN | Flags::ACK, Flags::ACK, Flags::RST);
+        // The first connection: 1,000 bytes from the server never acknowledged, then a reset.
+        seg(&mut t, &mut sink, 40000, 0, true, syn, 100, 0, 0);
+        seg(&mut t, &mut sink, 40000, 1, false, syn_ack, 500, 101, 0);
+        seg(&mut t, &mut sink, 40000, 2, true, ack, 101, 501, 0);
+        seg(&mut t, &mut sink, 40000, 3, false, ack, 501, 101, 1000);
+        seg(&mut t, &mut sink, 40000, 4, true, rst, 101, 0, 0);
+        t.expire(10_000 * MS, &mut sink);
+        assert_eq!((t.len(), t.spare.len()), (0, 1));
+        // The next takes its box, met mid-stream (no SYN starts its queues
+        // afresh): 100 bytes from the server, acknowledged 5 ms later.
+        seg(&mut t, &mut sink, 40001, 20_000, false, ack, 501, 101, 100);
+        assert_eq!(t.spare.len(), 0, "the box was taken");
+        let rtt = seg(&mut t, &mut sink, 40001, 20_005, true, ack, 101, 601, 0);
+        assert_eq!(rtt, [Some(5 * MS), None], "the round trip of this connection's own segment");
     }
 }
