@@ -20,8 +20,8 @@ const LINGER_NS: i64 = 2_000_000_000;
 const IDLE_NS: i64 = 600_000_000_000;
 /// Packets between sweeps of the table.
 pub const SWEEP_EVERY: u32 = 1 << 16;
-/// Boxes of closed connections kept to hold new ones.
-const SPARE_MAX: usize = 256;
+/// Boxes of closed connections kept to hold new ones, at least (see `Tracker::spare`).
+const SPARE_MIN: usize = 256;
 
 /// Receives the tracker's events. `T` is per-connection state owned by the sink.
 pub trait Sink<T> {
@@ -75,7 +75,9 @@ pub struct Tracker<T> {
     map: Conns<Conn<T>>,
     /// Boxes of closed connections, with their queues' buffers: a capture of
     /// many short connections otherwise pays, for each, an aligned allocation
-    /// and the growth of the queues (bench/RESULTS.md).
+    /// and the growth of the queues (bench/RESULTS.md). A sweep closes
+    /// thousands at once, so up to as many as are open are kept: no more
+    /// memory than the table held a moment before.
     spare: Vec<Box<Conn<T>>>,
     next_id: ConnId,
     since_sweep: u32,
@@ -255,7 +257,7 @@ impl<T: Default> Tracker<T> {
     /// Closes a connection, keeping its box for a new one.
     fn retire<S: Sink<T>>(&mut self, mut c: Box<Conn<T>>, sink: &mut S) {
         sink.close(&c.info, std::mem::take(&mut c.state), &c.totals);
-        if self.spare.len() < SPARE_MAX {
+        if self.spare.len() < self.map.len().max(SPARE_MIN) {
             self.spare.push(c);
         }
     }
