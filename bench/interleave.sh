@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Times several commands in turn, round after round, so that each round's
+# runs share the machine's state (load, page cache), and prints each one's
+# median wall and CPU seconds: for before/after comparisons of two builds.
+#
+#   bench/interleave.sh RUNS LABEL='CMD ARGS…' [LABEL='CMD ARGS…' …]
+#
+# e.g. bench/interleave.sh 11 old="/tmp/old analyze big.pcap --json" new="target/release/tcpdoctor analyze big.pcap --json"
+# Each command runs once unmeasured, then under bench/timed.py (wait4's
+# rusage), in every round; its output is discarded. A CMD may start with
+# VAR=value words (it runs under env). Medians of RUNS rounds. A command that
+# fails (any exit but 0, or tcpdoctor's 4: partial input) ends the script,
+# since its time would not be the work's.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+RUNS=${1:?usage: $0 RUNS LABEL=CMD…}
+shift
+[ "$#" -ge 1 ] || { echo "usage: $0 RUNS LABEL=CMD…" >&2; exit 2; }
+TMP=$(mktemp -d /tmp/tcpdoctor-interleave.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+for _ in $(seq "$RUNS"); do
+    i=0
+    for spec in "$@"; do
+        cmd=${spec#*=}
+        # shellcheck disable=SC2086 # the command's words, split as written
+        timeout 600 env $cmd > /dev/null 2>&1 < /dev/null || true
+        rc=0
+        # shellcheck disable=SC2086
+        timeout 600 python3 "$HERE/timed.py" "$TMP/t" env $cmd > /dev/null 2> "$TMP/err" < /dev/null || rc=$?
+        if [ "$rc" != 0 ] && [ "$rc" != 4 ]; then
+            echo "interleave.sh: '${spec%%=*}' exited $rc: $(head -c 300 "$TMP/err")" >&2
+            exit 1
+        fi
+        cat "$TMP/t" >> "$TMP/$i"
+        i=$((i + 1))
+    done
+done
+
+median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+i=0
+for spec in "$@"; do
+    printf '%-12s wall %s s  CPU %s s\n' "${spec%%=*}" \
+        "$(cut -d' ' -f1 "$TMP/$i" | median)" "$(cut -d' ' -f2 "$TMP/$i" | median)"
+    i=$((i + 1))
+done
