@@ -252,6 +252,9 @@ impl<T: Default> Tracker<T> {
                 self.retire(c, sink);
             }
         }
+        // Once the traffic calms down, the boxes kept go with it: never more
+        // than are open (a long `watch` must not keep a burst's worth).
+        self.spare.truncate(self.map.len().max(SPARE_MIN));
     }
 
     /// Closes a connection, keeping its box for a new one.
@@ -595,5 +598,24 @@ mod tests {
         assert_eq!(t.spare.len(), 0, "the box was taken");
         let rtt = seg(&mut t, &mut sink, 40001, 20_005, true, ack, 101, 601, 0);
         assert_eq!(rtt, [Some(5 * MS), None], "the round trip of this connection's own segment");
+    }
+
+    /// The boxes kept for new connections follow the open ones down.
+    #[test]
+    fn spare_boxes_never_outnumber_the_open_connections() {
+        let mut t: Tracker<()> = Tracker::with_limits(1_000, 100_000).manual_sweeps();
+        let mut sink = Closed::default();
+        for i in 0..2_000u16 {
+            t.segment(&syn_from(1000 + i, 0), &mut sink);
+        }
+        // Half go idle first, then the rest.
+        for i in 0..1_000u16 {
+            t.segment(&syn_from(1000 + i, 500), &mut sink);
+        }
+        t.expire(1_200, &mut sink);
+        assert_eq!((t.len(), t.spare.len()), (1_000, 1_000));
+        t.expire(2_000, &mut sink);
+        assert_eq!((t.len(), t.spare.len()), (0, SPARE_MIN));
+        assert_eq!(sink.0.len(), 2_000);
     }
 }
