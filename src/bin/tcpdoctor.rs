@@ -5,6 +5,12 @@ use std::process::ExitCode;
 use tcpdoctor::output;
 use tcpdoctor::report;
 
+/// In the static (musl) binary, mimalloc instead of musl's allocator, which
+/// serialises every allocation behind one lock (see Cargo.toml).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "tcpdoctor/analyze.rs"]
 mod analyze;
 #[path = "tcpdoctor/bench.rs"]
