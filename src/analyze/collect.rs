@@ -384,12 +384,12 @@ impl Sink<ConnState> for Collector<'_> {
             }
         }
         let dur = crate::words::dur;
-        let mut id = Lazy(None, id);
+        let label = std::cell::OnceCell::new();
         for (rank, (stall, rows, times)) in std::mem::take(&mut st.stalled).into_iter().enumerate() {
             if !self.r.stalled.worth((rank, -stall, ff)) {
                 break;
             }
-            let id = id.get();
+            let id = label.get_or_init(id);
             let title = match rank {
                 0 => format!("Worst stalled exchange: connection {id}, {} lost", dur(stall)),
                 n => format!("Worst stalled exchange #{}: connection {id}, {} lost", n + 1, dur(stall)),
@@ -399,14 +399,14 @@ impl Sink<ConnState> for Collector<'_> {
         if let Some((rows, times)) = st.slowest.take()
             && self.r.slowest.worth((0, -times.total, ff))
         {
-            let id = id.get();
+            let id = label.get_or_init(id);
             let title = format!("Slowest exchange: connection {id}, {} (no stall)", dur(times.total));
             self.r
                 .slowest
                 .keep((0, -times.total, ff), Self::ladder(info, id, title, rows, Some(exchange_times(&times))));
         }
         if let Some(rows) = st.flow.take() {
-            let id = id.get();
+            let id = label.get_or_init(id);
             let title = format!("Connection {id}: {} → {}", info.client, info.server);
             let mut l = Self::ladder(info, id, title, rows, None);
             l.truncated = st.flow_truncated;
@@ -443,15 +443,6 @@ impl Sink<ConnState> for Collector<'_> {
                 duration_ms: record::ms(totals.last_ts - totals.first_ts),
             },
         });
-    }
-}
-
-/// A value made on first use.
-struct Lazy<T, F>(Option<T>, F);
-
-impl<T, F: Fn() -> T> Lazy<T, F> {
-    fn get(&mut self) -> &T {
-        self.0.get_or_insert_with(&self.1)
     }
 }
 
