@@ -6,7 +6,9 @@
 #
 # Needs the musl target (`rustup target add x86_64-unknown-linux-musl`), a C
 # compiler for it (ring's assembly: Debian's musl-tools, installed here when
-# missing and running as root), objcopy (binutils) and dpkg-deb.
+# missing and running as root), llvm-profdata (`rustup component add
+# llvm-tools`: the binary is built with profile-guided optimisation, see
+# scripts/pgo.sh), objcopy (binutils) and dpkg-deb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,8 +39,8 @@ version=$(cargo metadata --no-deps --format-version 1 --locked \
 # Reproducible archives: every date is the last commit's.
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
 
-CC_x86_64_unknown_linux_musl=musl-gcc cargo build --release --locked --target "$target"
-built="target/$target/release/tcpdoctor"
+# Built with profile-guided optimisation (scripts/pgo.sh: trained on tests/data's captures).
+built=$(CC_x86_64_unknown_linux_musl=musl-gcc scripts/pgo.sh --target "$target" | tail -n 1)
 
 # Everything is assembled in a private directory, then moved into dist/.
 umask 022

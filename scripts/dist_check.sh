@@ -23,6 +23,8 @@ readelf -SW "$bin" | grep -q '\.debug_info' && fail "$bin is not stripped"
 readelf -SW "$bin" | grep -q '\.symtab' && fail "$bin still has a symbol table"
 readelf -SW dist/tcpdoctor.debug | grep -q '\.debug_info' || fail "dist/tcpdoctor.debug has no debug info"
 readelf -p .gnu_debuglink "$bin" 2>/dev/null | grep -q 'tcpdoctor.debug' || fail "$bin has no .gnu_debuglink"
+# The PGO build, not its instrumented training build (which writes profiles wherever it runs).
+readelf -SW "$bin" | grep -q '__llvm_prf' && fail "$bin is the instrumented build (profile sections)"
 got=$("$bin" --version)
 [ "$got" = "tcpdoctor $version" ] || fail "$bin --version said '$got', not 'tcpdoctor $version'"
 # It runs with an empty environment and no file around it (the container's lot).
