@@ -133,6 +133,10 @@ pub(super) fn run(windows: &Windows<'_>, tag: Option<usize>, opts: &Options, of:
         let first = walk(0);
         std::iter::once(first).chain(others.into_iter().map(|h| h.join().expect("shard thread panicked"))).collect()
     });
+    // Records read after the file shrank were zeros: one thread reads it again, and says so.
+    if windows.cut() {
+        return None;
+    }
     merge(parts.into_iter().collect::<Option<Vec<_>>>()?, tag)
 }
 
@@ -253,6 +257,7 @@ impl Part<'_, '_> {
             if let Some(w) = s.read.remove(&gone)
                 && let Ok(w) = Arc::try_unwrap(w)
             {
+                self.windows.release(&w);
                 s.spares.push(w.spare());
             }
         }
@@ -274,7 +279,7 @@ impl Part<'_, '_> {
         for (j, &i) in mine.iter().enumerate() {
             // The records are in the shared cache, not this core's: ask ahead.
             if let Some(&ahead) = mine.get(j + AHEAD_RECORDS) {
-                w.prefetch(ahead as usize);
+                self.windows.prefetch(w, ahead as usize);
             }
             let frame = frames + u64::from(i) + 1;
             while every <= frame {

@@ -5,51 +5,58 @@
 //! chain of sound records; whoever analyses it checks [`Window::start`]
 //! against the end of the window before, and has it read again from there
 //! if the two differ.
+//!
+//! The records are read where they lie, in the file's mapping: copying them
+//! into buffers the threads shared took 4-6 % more time and CPU
+//! (bench/RESULTS.md), likely because each copy first had to take the
+//! buffer's lines back from the other core. A file that shrinks
+//! under the reads reads as zeros from the cut (sigbus.rs): a window sorted
+//! after it says so ([`Window::bad`] without damage), and [`Windows::cut`]
+//! tells the shards when they are done; either sends the file back to one
+//! thread, which reports the cut.
 
-use super::pcap::{MAX_CAPLEN, Parser};
-use super::{Capture, Head, LinkType, Packet, Step};
+use super::pcap::Parser;
+use super::{Bytes, Capture, Head, Packet, Step};
 
 /// Records in a chain that make a guessed start believable.
 const CHAIN: usize = 16;
-/// The largest window: a record's offset in its window's bytes (which run up
-/// to the longest record past its end) must fit in 32 bits.
+/// The largest window: a record's offset in its window (which runs up to the
+/// longest record past its end) must fit in 32 bits.
 const MAX_SIZE: u64 = 1 << 30;
-/// Bytes read past a window's end for its last records (a longer one reads more).
-const OVERHANG: usize = 4 << 10;
+/// Bytes mapped ahead past a window's end, for its last records.
+const OVERHANG: u64 = 4 << 10;
 
 /// How a file's windows are read.
 pub(crate) struct Windows<'c> {
     cap: &'c Capture,
+    /// The file's bytes, up to its size when it was opened.
+    bytes: &'c [u8],
     parser: Parser,
-    /// The file's size when it was opened.
-    len: u64,
     size: u64,
 }
 
-/// One window's records, read.
+/// One window's records, sorted.
 pub(crate) struct Window {
     /// Offset of its first record (`None`: a guess found none).
     pub(crate) start: Option<u64>,
     /// Offset after its last record: where the next window's first starts.
     pub(crate) end: u64,
-    /// A record failed the checks (or the file ended early) at `end`.
+    /// A record failed the checks (or the file shrank) at `end`.
     pub(crate) bad: bool,
     /// Why, as a walk of the file says it, when the record at `end` is
     /// damaged (not when the file shrank).
     pub(crate) damage: Option<String>,
-    /// The file's bytes from `base`.
+    /// Offset its records' offsets count from.
     base: u64,
-    buf: Vec<u8>,
-    /// Each record's offset in `buf`.
+    /// Each record's offset from `base`.
     at: Vec<u32>,
     /// Per sort, the indexes of the records given it (in order).
     sorts: Vec<Vec<u32>>,
 }
 
-/// A window's buffers, kept to be filled again (no page faults for fresh ones).
+/// A window's lists, kept to be filled again.
 #[derive(Default)]
 pub(crate) struct Spare {
-    buf: Vec<u8>,
     at: Vec<u32>,
     sorts: Vec<Vec<u32>>,
 }
@@ -59,31 +66,37 @@ impl<'c> Windows<'c> {
     /// pcap bytes in memory) whose link type is supported, and `size` lies in
     /// 64 B–1 GiB (offsets in a window are 32 bits).
     pub(crate) fn new(cap: &'c Capture, size: u64) -> Option<Windows<'c>> {
-        let len = cap.len()?;
-        let mut head = [0u8; 24];
-        if len < 24 || read_at(cap, 0, &mut head).ok()? < 24 {
-            return None;
-        }
-        let Head::Ready(parser, _) = Parser::header(&head, true) else { return None };
+        let bytes = cap.bytes()?;
+        let Head::Ready(parser, _) = Parser::header(bytes.get(..24)?, true) else { return None };
         if !parser.link().supported() || !(64..=MAX_SIZE).contains(&size) {
             return None;
         }
-        Some(Windows { cap, parser, len, size })
+        Some(Windows { cap, bytes, parser, size })
     }
 
     /// How many windows the file has.
     pub(crate) fn count(&self) -> u64 {
-        self.len.div_ceil(self.size)
+        (self.bytes.len() as u64).div_ceil(self.size)
     }
 
     /// The link type of every frame.
-    pub(crate) fn link(&self) -> LinkType {
+    pub(crate) fn link(&self) -> super::LinkType {
         self.parser.link()
     }
 
-    /// Reads window `k` into `spare`'s buffers, from the record at `from`
-    /// (`None`: guessed), sorting each frame into one of `of` with `sort`. Never fails: a
-    /// window that cannot be read whole says so in [`Window::bad`].
+    /// Whether the file shrank under the reads: records read since may hold
+    /// zeros. A read of a page wholly past the new end faulted (sigbus.rs);
+    /// one of the page the file now ends in did not, so its size is asked too.
+    pub(crate) fn cut(&self) -> bool {
+        match &self.cap.bytes {
+            Bytes::Mapped(m) => m.guard.zeroed_from() != usize::MAX || m.size() < self.bytes.len() as u64,
+            _ => false,
+        }
+    }
+
+    /// Sorts window `k`'s records into `spare`'s lists, from the record at
+    /// `from` (`None`: guessed), each into one of `of` with `sort`. Never
+    /// fails: a window that cannot be read whole says so in [`Window::bad`].
     pub(crate) fn read(
         &self,
         k: u64,
@@ -92,46 +105,30 @@ impl<'c> Windows<'c> {
         of: usize,
         sort: impl Fn(&[u8]) -> usize,
     ) -> Window {
+        let len = self.bytes.len() as u64;
         let lo = if k == 0 { 24 } else { k * self.size };
-        let hi = ((k + 1) * self.size).min(self.len);
-        let base = from.unwrap_or(lo).min(self.len);
-        let Spare { mut buf, mut at, mut sorts } = spare;
+        let hi = ((k + 1) * self.size).min(len);
+        let base = from.unwrap_or(lo).min(len);
+        let Spare { mut at, mut sorts } = spare;
         at.clear();
         sorts.resize_with(of, Vec::new);
         sorts.iter_mut().for_each(Vec::clear);
-        let mut w = Window { start: from, end: base, bad: false, damage: None, base, buf: Vec::new(), at, sorts };
-        let want = (hi.max(base) + OVERHANG as u64).min(self.len) - base;
-        w.bad = !self.fill(&mut buf, base, 0, want as usize);
+        let mut w = Window { start: from, end: base, bad: false, damage: None, base, at, sorts };
+        self.map_ahead(base, hi.max(base) + OVERHANG);
+        let buf = &self.bytes[base as usize..];
         let mut pos = match from {
             Some(_) => 0,
-            None => match self.guess(&buf, base, hi) {
+            None => match self.guess(buf, base, hi) {
                 Some(p) => p,
-                None => {
-                    w.buf = buf;
-                    return w;
-                }
+                None => return self.checked(w),
             },
         };
         w.start = Some(base + pos as u64);
-        while !w.bad && base + (pos as u64) < hi {
-            let rec = match self.parser.whole(&buf, pos) {
-                Some(r) => Some(r),
-                // Past the bytes read: read the longest record's worth more.
-                None if (buf.len() as u64) < self.len - base => {
-                    let more = (pos + 24 + MAX_CAPLEN as usize) as u64;
-                    let kept = buf.len();
-                    w.bad = !self.fill(&mut buf, base, kept, more.min(self.len - base) as usize);
-                    self.parser.whole(&buf, pos)
-                }
-                None => None,
-            };
-            let Some((_, range, _)) = rec else {
-                if !w.bad {
-                    // The general walk says what is wrong (its checks are the same).
-                    let eof = base + buf.len() as u64 == self.len;
-                    if let Step::Damage(what) = self.parser.record(&buf[pos..], eof) {
-                        w.damage = Some(what);
-                    }
+        while base + (pos as u64) < hi {
+            let Some((_, range, _)) = self.parser.whole(buf, pos) else {
+                // The general walk says what is wrong (its checks are the same).
+                if let Step::Damage(what) = self.parser.record(&buf[pos..], true) {
+                    w.damage = Some(what);
                 }
                 w.bad = true;
                 break;
@@ -143,36 +140,49 @@ impl<'c> Windows<'c> {
             pos = range.end;
         }
         w.end = base + pos as u64;
-        w.buf = buf;
+        self.checked(w)
+    }
+
+    /// `w`, marked unreadable if the file shrank meanwhile (zeros are not damage).
+    fn checked(&self, mut w: Window) -> Window {
+        if self.cut() {
+            (w.bad, w.damage) = (true, None);
+        }
         w
     }
 
-    /// Makes `buf` the `want` bytes at `base`, reading those after the first
-    /// `kept` it already holds: false when the file now ends before them.
-    fn fill(&self, buf: &mut Vec<u8>, base: u64, kept: usize, want: usize) -> bool {
-        // A kept buffer is only resized when it grows (zeroing it costs).
-        if buf.len() < want {
-            buf.resize(want, 0);
-        } else {
-            buf.truncate(want);
-        }
-        let mut got = kept.min(want);
-        while got < want {
-            match read_at(self.cap, base + got as u64, &mut buf[got..]) {
-                Ok(0) | Err(_) => {
-                    buf.truncate(got);
-                    return false;
-                }
-                Ok(n) => got += n,
+    /// Maps `[from, to)` of a mapped file at once, not a fault per few pages.
+    fn map_ahead(&self, from: u64, to: u64) {
+        if let Bytes::Mapped(m) = &self.cap.bytes {
+            let (from, to) = (from as usize, (to as usize).min(self.bytes.len()));
+            if from < to && m.map.advise_range(memmap2::Advice::PopulateRead, from, to - from).is_err() {
+                let _ = m.map.advise_range(memmap2::Advice::WillNeed, from, to - from);
             }
         }
-        true
+    }
+
+    /// Drops this process's mapping of window `w`'s whole pages (the page cache
+    /// keeps them): every thread is done with it, and resident memory stays at
+    /// the windows in use, not the file.
+    pub(crate) fn release(&self, w: &Window) {
+        if let Bytes::Mapped(m) = &self.cap.bytes {
+            let page = super::page_size();
+            let (from, to) = (w.base as usize / page * page, w.end as usize / page * page);
+            if from < to {
+                // SAFETY: no slice into these bytes is kept (every thread is
+                // done with the window). For a read-only private file mapping,
+                // DONTNEED only drops our page-table entries: a later access
+                // would read the same file bytes again.
+                let _ = unsafe { m.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
+            }
+        }
     }
 
     /// The first offset in `buf` (the file from `base`) before `hi` where a
     /// chain of sound records starts: [`CHAIN`] of them, or fewer that reach
     /// the window's end or the file's.
     fn guess(&self, buf: &[u8], base: u64, hi: u64) -> Option<usize> {
+        let len = self.bytes.len() as u64;
         let last = (hi.saturating_sub(base) as usize).min(buf.len());
         (0..last).find(|&p| {
             let mut at = p;
@@ -181,8 +191,8 @@ impl<'c> Windows<'c> {
                     Some((_, range, _)) => at = range.end,
                     None => return false,
                 }
-                if base + at as u64 >= hi || base + at as u64 == self.len {
-                    return n >= 1 || base + at as u64 == self.len;
+                if base + at as u64 >= hi || base + at as u64 == len {
+                    return n >= 1 || base + at as u64 == len;
                 }
             }
             true
@@ -191,23 +201,24 @@ impl<'c> Windows<'c> {
 
     /// Frame `i` of window `w`.
     #[inline(always)]
-    pub(crate) fn packet<'w>(&self, w: &'w Window, i: usize, frame: u64) -> Option<Packet<'w>> {
-        let (ts_ns, range, orig_len) = self.parser.whole(&w.buf, *w.at.get(i)? as usize)?;
-        Some(Packet { frame, ts_ns, link: self.parser.link(), data: &w.buf[range], orig_len })
+    pub(crate) fn packet<'w>(&'w self, w: &Window, i: usize, frame: u64) -> Option<Packet<'w>> {
+        let buf = &self.bytes[w.base as usize..];
+        let (ts_ns, range, orig_len) = self.parser.whole(buf, *w.at.get(i)? as usize)?;
+        Some(Packet { frame, ts_ns, link: self.parser.link(), data: &buf[range], orig_len })
     }
-}
 
-impl Window {
-    /// Asks the cache for record `i`'s first bytes (a hint: any `i` will do).
+    /// Asks the cache for record `i` of window `w`'s first bytes (a hint: any `i` will do).
     #[inline(always)]
-    pub(crate) fn prefetch(&self, i: usize) {
-        if let Some(&at) = self.at.get(i) {
-            let p = self.buf.as_ptr().wrapping_add(at as usize);
+    pub(crate) fn prefetch(&self, w: &Window, i: usize) {
+        if let Some(&at) = w.at.get(i) {
+            let p = self.bytes.as_ptr().wrapping_add(w.base as usize + at as usize);
             crate::prefetch::line(p);
             crate::prefetch::line(p.wrapping_add(64));
         }
     }
+}
 
+impl Window {
     /// Its records.
     pub(crate) fn len(&self) -> usize {
         self.at.len()
@@ -218,35 +229,15 @@ impl Window {
         self.sorts.get(sort).map_or(&[], Vec::as_slice)
     }
 
-    /// Its buffers, to be filled again.
+    /// Its lists, to be filled again.
     pub(crate) fn spare(self) -> Spare {
-        Spare { buf: self.buf, at: self.at, sorts: self.sorts }
+        Spare { at: self.at, sorts: self.sorts }
     }
 
-    /// Bytes of the file it read.
+    /// Bytes of the file it covers.
     pub(crate) fn bytes(&self) -> u64 {
         self.end - self.base
     }
-}
-
-/// Reads `buf.len()` bytes at `offset` of a file or of bytes in memory, as
-/// far as its size at open: fewer only at that end, or if it shrank.
-fn read_at(cap: &Capture, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-    use std::os::unix::fs::FileExt;
-    let len = cap.len().unwrap_or(0);
-    let n = (buf.len() as u64).min(len.saturating_sub(offset)) as usize;
-    match &cap.bytes {
-        super::Bytes::Mapped(m) => m.file.read_at(&mut buf[..n], offset),
-        super::Bytes::Owned(v) => Ok(copy(v, offset, &mut buf[..n])),
-        super::Bytes::Static(s) => Ok(copy(s, offset, &mut buf[..n])),
-        super::Bytes::Stream(..) => Ok(0),
-    }
-}
-
-fn copy(from: &[u8], offset: u64, to: &mut [u8]) -> usize {
-    let o = offset as usize;
-    to.copy_from_slice(&from[o..o + to.len()]);
-    to.len()
 }
 
 #[cfg(test)]
@@ -340,6 +331,26 @@ mod tests {
         assert_eq!(last.end, damage.offset);
         let upto: usize = known.iter().take_while(|k| !k.bad).map(Window::len).sum::<usize>() + last.len();
         assert_eq!(upto, n);
+    }
+
+    /// A mapped file cut under the reads: a window past the cut reads zeros,
+    /// which is not damage; it is not whole, and `cut` says the file shrank
+    /// (so the shards give the file back to one thread, which reports it).
+    #[test]
+    fn a_file_cut_under_the_mapping_is_not_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.pcap");
+        std::fs::write(&path, with_fake_records()).unwrap();
+        let cap = Capture::open(&path).unwrap();
+        let w = Windows::new(&cap, 4096).unwrap();
+        let known = in_order(&w);
+        assert!(known.iter().all(|k| !k.bad) && !w.cut());
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(8192).unwrap();
+        let last = w.read(w.count() - 1, None, Spare::default(), 2, |d| d.len() % 2);
+        assert!(last.bad && last.damage.is_none(), "bad {}, damage {:?}", last.bad, last.damage);
+        let again = w.read(w.count() - 2, known[known.len() - 2].start, Spare::default(), 2, |d| d.len() % 2);
+        assert!(again.bad && again.damage.is_none());
+        assert!(w.cut());
     }
 
     /// Only pcap files of a supported link type are read in windows.
