@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds tcpdoctor with profile-guided optimisation (PGO): an instrumented
 # build analyses every capture in tests/data, and the release build is then
-# optimised for the paths those runs took. `analyze` runs 15-20 % faster than
-# a plain `cargo build --release` (bench/RESULTS.md). scripts/dist.sh builds
+# optimised for the paths those runs took. `analyze` on one thread takes
+# 12-18 % less time than with a plain `cargo build --release` (bench/RESULTS.md). scripts/dist.sh builds
 # the release artefacts this way; the quick start's plain build is unchanged.
 #
 #   scripts/pgo.sh [--target TRIPLE]    (default: the host's)

@@ -23,8 +23,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Bytes of a window: a few of them stay in the shared cache between their
-/// reading and the shards' analysis.
-const WINDOW: u64 = 1 << 20;
+/// sorting and the shards' analysis. Read in place, 2 MiB did better than 1
+/// (copied, 1 MiB had; bench/RESULTS.md).
+const WINDOW: u64 = 2 << 20;
 /// Windows read but not yet analysed by every shard.
 const AHEAD: u64 = 6;
 /// Records asked for ahead of the one analysed.
