@@ -7,7 +7,7 @@
 //! if the two differ.
 //!
 //! The records are read where they lie, in the file's mapping: copying them
-//! into buffers the threads shared took 4-6 % more time and CPU
+//! into buffers the threads shared took 2-4 % more time and 3-7 % more CPU
 //! (bench/RESULTS.md), likely because each copy first had to take the
 //! buffer's lines back from the other core. A file that shrinks
 //! under the reads reads as zeros from the cut (sigbus.rs): a window sorted
