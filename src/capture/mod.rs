@@ -282,12 +282,6 @@ impl Capture {
     }
 }
 
-/// The memory page size.
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).map_or(4096, |p| p.max(1))
-}
-
 /// A mapped file stays open (its size is asked again if it shrinks during the
 /// walk): raises the soft open-files limit toward the hard one so that `files`
 /// of them, and a few more, fit. Beyond the hard limit, opening says so.

@@ -166,7 +166,7 @@ impl<'c> Windows<'c> {
     /// the windows in use, not the file.
     pub(crate) fn release(&self, w: &Window) {
         if let Bytes::Mapped(m) = &self.cap.bytes {
-            let page = super::page_size();
+            let page = usize::try_from(procfs::page_size()).unwrap_or(4096).max(1);
             let (from, to) = (w.base as usize / page * page, w.end as usize / page * page);
             if from < to {
                 // SAFETY: no slice into these bytes is kept (every thread is
