@@ -1,6 +1,5 @@
 //! Capture input that must never crash, hang or exhaust memory, through the
-//! real binary: a file truncated while analyze reads it or maps it (and a
-//! file read walks as its mapping does), a stream of hundreds
+//! real binary: a file truncated while analyze maps it, a stream of hundreds
 //! of MB through a pipe (same report as the file, bounded RSS), Ctrl-C on a
 //! pipe whose writer stays, endless devices, a pcapng block naming an
 //! undeclared interface, more servers than the aggregates keep, and more
@@ -114,11 +113,10 @@ fn read_all(r: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<V
 /// it, exit 4 (before: SIGBUS, exit 135, no message). Deterministic: analyze
 /// maps the big file, then blocks opening the FIFO given after it; the test
 /// truncates once the mapping shows in /proc/PID/maps, and only then opens
-/// the FIFO's other end, so the walks start after the cut. A file that has
-/// a thread to itself is read (pread); with two threads it is walked through
-/// its mapping by two shards: both say the same.
+/// the FIFO's other end, so the walks start after the cut. One thread walks
+/// the mapping; four sort and analyse its windows: both say the same.
 #[test]
-fn a_file_truncated_while_read_ends_with_a_warning_and_exit_4() {
+fn a_file_truncated_under_one_thread_ends_with_a_warning_and_exit_4() {
     truncated_while_open(&[]);
 }
 
@@ -597,51 +595,4 @@ fn a_stream_read_in_any_chunks_walks_as_the_bytes_in_memory() {
         }
     }
     assert!(checked > 100, "{checked}");
-}
-
-/// A walk's packets (frame, time, original length, bytes), its damage
-/// (offset, what) and the offset it ended at.
-type Walked = (Vec<(u64, i64, u32, Vec<u8>)>, Option<(u64, String)>, u64);
-
-fn walked(p: &mut tcpdoctor::capture::Packets<'_>) -> Walked {
-    let mut out = Vec::new();
-    while let Some(k) = p.next() {
-        out.push((k.frame, k.ts_ns, k.orig_len, k.data.to_vec()));
-    }
-    (out, p.damage().map(|d| (d.offset, d.what.clone())), p.offset())
-}
-
-/// A file with one reader is read (pread through a 1 MiB buffer), not
-/// walked through its mapping: the same packets, the same damage at the
-/// same offset, on every capture in tests/data, a 3 MiB one (records across
-/// every refill) and cut copies of it; and the progress count ends at the
-/// bytes read.
-#[test]
-fn a_file_read_walks_as_its_mapping_does() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use tcpdoctor::capture::Capture;
-    let dir = tempfile::tempdir().unwrap();
-    let t = Template::load();
-    let mut big = t.header.clone();
-    for k in 0..(3 << 20) / t.copy_len() as u32 + 1 {
-        t.copy(k, &mut big);
-    }
-    let mut files = common::captures();
-    for (name, len) in [("big.pcap", big.len()), ("cut.pcap", big.len() - 7), ("head.pcap", 30)] {
-        let p = dir.path().join(name);
-        std::fs::write(&p, &big[..len]).unwrap();
-        files.push(p);
-    }
-    for f in &files {
-        let cap = Capture::open(f).unwrap();
-        let mapped = walked(&mut cap.packets().unwrap());
-        let count = Arc::new(AtomicU64::new(0));
-        let mut read = cap.read_packets(None).unwrap();
-        read.count_into(count.clone());
-        let read = walked(&mut read);
-        assert!(!mapped.0.is_empty() || mapped.1.is_some(), "{}", f.display());
-        assert_eq!(read, mapped, "{}", f.display());
-        assert_eq!(count.load(Ordering::Relaxed), std::fs::metadata(f).unwrap().len(), "{}", f.display());
-    }
 }

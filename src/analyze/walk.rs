@@ -222,8 +222,7 @@ impl<'o> Analyser<'o> {
 
 /// Analyses the whole capture on this thread.
 pub(super) fn walk(cap: &crate::capture::Capture, file_tag: Option<usize>, opts: &Options) -> Result<Walked, String> {
-    // One reader: the file is read, not mapped (see `Capture::read_packets`).
-    let mut packets = cap.read_packets(opts.stop).map_err(|e| e.to_string())?;
+    let mut packets = cap.packets_until(opts.stop).map_err(|e| e.to_string())?;
     if let Some(p) = &opts.progress {
         packets.count_into(p.clone());
     }

@@ -277,17 +277,17 @@ impl Part<'_, '_> {
         let mine = w.sorted(self.index);
         // The next frame at which every shard reports its progress.
         let mut every = (frames / PASS_EVERY + 1) * PASS_EVERY;
-        for (j, &i) in mine.iter().enumerate() {
+        for (j, &r) in mine.iter().enumerate() {
             // The records are in the shared cache, not this core's: ask ahead.
             if let Some(&ahead) = mine.get(j + AHEAD_RECORDS) {
-                self.windows.prefetch(w, ahead as usize);
+                self.windows.prefetch(w, ahead);
             }
-            let frame = frames + u64::from(i) + 1;
+            let frame = frames + u64::from(r.index) + 1;
             while every <= frame {
                 self.at_every(w, frames, every, a, reading);
                 every += PASS_EVERY;
             }
-            if let Some(p) = self.windows.packet(w, i as usize, frame)
+            if let Some(p) = self.windows.sorted_packet(w, r, frame)
                 && let Some(ts) = reading.count(&p)
             {
                 a.frame(&p, ts, reading);

@@ -112,21 +112,16 @@ impl Mapped {
         self.file.metadata().map_or(0, |m| m.len())
     }
 
-    /// Tells the kernel the reader in `slot` is at `offset`: map the next
-    /// window now, and drop the pages more than a window behind the last
-    /// reader from this process (they stay in the page cache). May wait for
-    /// the last reader (readers.rs).
+    /// Tells the kernel the reader in `slot` is at `offset`: drop the pages
+    /// more than a window behind the last reader from this process (they stay
+    /// in the page cache). May wait for the last reader (readers.rs).
+    ///
+    /// Nothing is mapped ahead: the reads' faults map 16 pages at a time,
+    /// and MADV_POPULATE_READ, which then walks every page again, cost one
+    /// reader 1.6 % more time (bench/RESULTS.md, tenth session).
     fn window(&self, slot: usize, offset: usize) {
         let m = &self.map;
-        let advice = self.readers.moved_to(slot, offset, m.len());
-        let ahead = advice.populate;
-        if !ahead.is_empty() {
-            // Older kernels lack MADV_POPULATE_READ; WILLNEED still starts read-ahead.
-            if m.advise_range(memmap2::Advice::PopulateRead, ahead.start, ahead.len()).is_err() {
-                let _ = m.advise_range(memmap2::Advice::WillNeed, ahead.start, ahead.len());
-            }
-        }
-        let behind = advice.release;
+        let behind = self.readers.moved_to(slot, offset);
         if !behind.is_empty() {
             // SAFETY: every reader is past these bytes and no slice into them is
             // kept (packets are decoded and dropped in order). For a read-only
@@ -146,8 +141,7 @@ enum Bytes {
 }
 
 /// A capture's bytes, held for the duration of the analysis: a regular file is
-/// memory-mapped (and may be read instead: [`Capture::read_packets`]);
-/// standard input, FIFOs and devices are streamed through a bounded buffer as
+/// memory-mapped; standard input, FIFOs and devices are streamed through a bounded buffer as
 /// the walk goes.
 pub struct Capture {
     /// Name used in messages (the path, or `-` for stdin).
@@ -264,21 +258,6 @@ impl Capture {
                 Packets::start(Source::Stream(Stream::new(input, *size)), stop)
             }
         }
-    }
-
-    /// Walks the capture once, front to back, as [`Capture::packets_until`]
-    /// does, but reads a mapped file with pread(2) through a buffer of a
-    /// stream's size instead of walking its mapping. For a single reader that
-    /// is cheaper: the kernel copies each page into a buffer that stays in
-    /// the cache, where a mapping costs it a map and an unmap of every 4 KiB
-    /// page that is not in a large folio (bench/RESULTS.md). Only the file's
-    /// size when it was opened is read, as with the mapping, and a file that
-    /// shrinks meanwhile is reported the same way.
-    pub fn read_packets(&self, stop: Option<&'static AtomicBool>) -> Result<Packets<'_>, OpenError> {
-        let Bytes::Mapped(m) = &self.bytes else { return self.packets_until(stop) };
-        let file = m.file.try_clone().map_err(|e| OpenError::io(format!("cannot read: {e}")))?;
-        let sized = source::SizedFile { file, pos: 0, len: m.map.len() as u64, progress: None };
-        Packets::start(Source::Stream(Stream::new(Input::Sized(sized), STREAM_BUFFER)), stop)
     }
 }
 

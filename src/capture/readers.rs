@@ -1,6 +1,6 @@
 //! The readers of one mapped file (a file split between shard threads is
-//! read by each of them): pages are mapped ahead of the leading reader once,
-//! and dropped only behind the last one. A reader more than [`LEAD`] windows
+//! read by each of them): pages are dropped from the mapping only behind
+//! the last one. A reader more than [`LEAD`] windows
 //! ahead of the last waits for it, so resident memory stays a few windows
 //! however unevenly the readers go (the last one sets the pace anyway).
 
@@ -19,16 +19,6 @@ struct State {
     at: Vec<Option<usize>>,
     /// Pages before this offset were dropped.
     released: usize,
-    /// Pages before this offset were mapped ahead.
-    populated: usize,
-}
-
-/// What a window move asks of the mapping.
-pub(super) struct Advice {
-    /// Map these bytes ahead.
-    pub(super) populate: std::ops::Range<usize>,
-    /// Drop these pages (no reader is before their end).
-    pub(super) release: std::ops::Range<usize>,
 }
 
 #[derive(Default)]
@@ -63,10 +53,10 @@ impl Readers {
         self.moved.notify_all();
     }
 
-    /// The reader in `slot` is at `offset` of a `len`-byte mapping: waits
-    /// while it leads the last reader by more than [`LEAD`] windows, then
-    /// says what to map ahead and what to drop.
-    pub(super) fn moved_to(&self, slot: usize, offset: usize, len: usize) -> Advice {
+    /// The reader in `slot` is at `offset` of the mapping: waits while it
+    /// leads the last reader by more than [`LEAD`] windows, then says which
+    /// pages to drop.
+    pub(super) fn moved_to(&self, slot: usize, offset: usize) -> std::ops::Range<usize> {
         let mut s = self.lock();
         if let Some(a) = s.at.get_mut(slot) {
             *a = Some(offset);
@@ -85,17 +75,13 @@ impl Readers {
             s = self.moved.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
         }
         let page = 4096;
-        let ahead = (offset + WINDOW).min(len);
-        // A reader behind the pages dropped (one that started late) maps its
-        // own window, and what it reads is dropped behind it in turn.
-        let from = if offset < s.released { offset } else { s.populated.max(offset) };
-        let populate = from.min(ahead)..ahead;
-        s.populated = s.populated.max(ahead);
+        // A reader behind the pages dropped (one that started late) maps
+        // them again as it reads, and they are dropped behind it in turn.
         s.released = s.released.min(offset / page * page);
         let upto = last(&s).saturating_sub(WINDOW) / page * page;
         let release = s.released..upto.max(s.released);
         s.released = release.end;
-        Advice { populate, release }
+        release
     }
 }
 

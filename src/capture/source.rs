@@ -1,6 +1,6 @@
 //! Where a walk's bytes come from: a slice (a mapped file or bytes in
-//! memory) or a stream (standard input, a FIFO, a device, or a regular file
-//! with a single reader) read into a bounded buffer. Both offer the bytes at
+//! memory) or a stream (standard input, a FIFO or a device) read into a
+//! bounded buffer. Both offer the bytes at
 //! the read position the same way, so one parser serves both; only a stream
 //! can answer "need more bytes".
 
@@ -19,9 +19,6 @@ const POLL_MS: libc::c_int = 100;
 pub(crate) enum Input {
     /// A file descriptor: reads wait in poll(2), so Ctrl-C is noticed.
     File(std::fs::File),
-    /// A regular file read front to back up to the size it had when it was
-    /// opened (as its mapping is: bytes appended meanwhile are not read).
-    Sized(SizedFile),
     /// Any reader (tests, fuzzing): the stop flag is looked at between reads.
     Reader(Box<dyn Read + Send>),
 }
@@ -29,41 +26,6 @@ pub(crate) enum Input {
 /// What a walk says of a file that now ends at `size`, before the record it was reading.
 fn shrank(size: u64) -> String {
     format!("the file shrank to {size} bytes while being read (truncated at offset {size})")
-}
-
-/// A regular file read with pread(2) from its own offset.
-pub(crate) struct SizedFile {
-    pub(crate) file: std::fs::File,
-    pub(crate) pos: u64,
-    pub(crate) len: u64,
-    /// Bytes read are added here (a progress bar's count).
-    pub(crate) progress: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
-}
-
-impl SizedFile {
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Fill> {
-        use std::os::unix::fs::FileExt;
-        let want = buf.len().min(usize::try_from(self.len - self.pos).unwrap_or(usize::MAX));
-        if want == 0 {
-            return Ok(0);
-        }
-        let n = loop {
-            match self.file.read_at(&mut buf[..want], self.pos) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                r => break r.map_err(Fill::Failed)?,
-            }
-        };
-        if n == 0 {
-            // Fewer bytes than it had when opened: say so as the mapped walk does.
-            let size = self.file.metadata().map_or(self.pos, |m| m.len());
-            return Err(Fill::Cut(shrank(size)));
-        }
-        self.pos += n as u64;
-        if let Some(p) = &self.progress {
-            p.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        Ok(n)
-    }
 }
 
 pub(crate) struct Stream {
@@ -85,8 +47,6 @@ pub(crate) enum Fill {
     Stopped,
     /// Reading failed.
     Failed(std::io::Error),
-    /// The input ended before its known size: what happened.
-    Cut(String),
 }
 
 impl Stream {
@@ -96,15 +56,6 @@ impl Stream {
             widen_pipe(f, size);
         }
         Stream { input, buf: vec![0; size.max(1)], start: 0, end: 0, base: 0, eof: false }
-    }
-
-    /// Adds the bytes read to `counter` (a sized file's: a stream's size is unknown).
-    pub(crate) fn count_into(&mut self, counter: std::sync::Arc<std::sync::atomic::AtomicU64>) {
-        if let Input::Sized(f) = &mut self.input {
-            // The header's read came before: its bytes count too.
-            counter.fetch_add(f.pos, Ordering::Relaxed);
-            f.progress = Some(counter);
-        }
     }
 
     /// Reads until `need` unread bytes are buffered or the input ends.
@@ -120,13 +71,7 @@ impl Stream {
             }
         }
         while self.end - self.start < need && !self.eof {
-            // A file's stop is looked at from its second window on, as the
-            // mapped walk's is: a stop then always reports what was read.
-            let look = match &self.input {
-                Input::Sized(f) => f.pos >= WINDOW as u64,
-                _ => true,
-            };
-            if let Some(s) = stop.filter(|_| look) {
+            if let Some(s) = stop {
                 if s.load(Ordering::Relaxed) {
                     return Fill::Stopped;
                 }
@@ -138,10 +83,6 @@ impl Stream {
             }
             let r = match &mut self.input {
                 Input::File(f) => f.read(&mut self.buf[self.end..]),
-                Input::Sized(f) => match f.read(&mut self.buf[self.end..]) {
-                    Ok(n) => Ok(n),
-                    Err(fill) => return fill,
-                },
                 Input::Reader(r) => r.read(&mut self.buf[self.end..]),
             };
             match r {

@@ -172,7 +172,8 @@ impl<'a> Packets<'a> {
     /// Adds the bytes walked to `counter` every few MB (files, not streams), for a progress bar.
     pub fn count_into(&mut self, counter: Arc<AtomicU64>) {
         match &mut self.src {
-            Source::Stream(s) => s.count_into(counter),
+            // A stream's size is unknown: nothing to count against.
+            Source::Stream(_) => {}
             Source::Slice(_) => self.walk.progress = Some(counter),
         }
     }
@@ -309,7 +310,6 @@ fn header(src: &mut impl Bytes, stop: Option<&'static AtomicBool>) -> Result<Par
             Fill::Done => {}
             Fill::Stopped => return Err(OpenError::io("interrupted before the capture header came")),
             Fill::Failed(e) => return Err(OpenError::io(format!("cannot read: {e}"))),
-            Fill::Cut(what) => return Err(OpenError::io(what)),
         }
         let (buf, eof) = src.peek();
         if buf.is_empty() {
@@ -377,7 +377,6 @@ impl Walk {
                             self.done = true;
                         }
                         Fill::Failed(e) => self.fail(at, format!("cannot read: {e}")),
-                        Fill::Cut(what) => self.fail(at, what),
                     }
                     continue;
                 }

@@ -50,15 +50,26 @@ pub(crate) struct Window {
     base: u64,
     /// Each record's offset from `base`.
     at: Vec<u32>,
-    /// Per sort, the indexes of the records given it (in order).
-    sorts: Vec<Vec<u32>>,
+    /// Per sort, the records given it (in order).
+    sorts: Vec<Vec<Rec>>,
+}
+
+/// A record of a window, as sorted: its index and its offset, side by side,
+/// so that whoever analyses it finds its bytes without a look into
+/// [`Window`]'s offsets (a load that waited on the other core's lines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rec {
+    /// Its index in the window.
+    pub(crate) index: u32,
+    /// Its offset from the window's base.
+    at: u32,
 }
 
 /// A window's lists, kept to be filled again.
 #[derive(Default)]
 pub(crate) struct Spare {
     at: Vec<u32>,
-    sorts: Vec<Vec<u32>>,
+    sorts: Vec<Vec<Rec>>,
 }
 
 impl<'c> Windows<'c> {
@@ -134,7 +145,7 @@ impl<'c> Windows<'c> {
                 break;
             };
             if let Some(list) = w.sorts.get_mut(sort(&buf[range.clone()])) {
-                list.push(w.at.len() as u32);
+                list.push(Rec { index: w.at.len() as u32, at: pos as u32 });
             }
             w.at.push(pos as u32);
             pos = range.end;
@@ -207,14 +218,20 @@ impl<'c> Windows<'c> {
         Some(Packet { frame, ts_ns, link: self.parser.link(), data: &buf[range], orig_len })
     }
 
-    /// Asks the cache for record `i` of window `w`'s first bytes (a hint: any `i` will do).
+    /// Sorted record `r` of window `w`, as frame `frame`.
     #[inline(always)]
-    pub(crate) fn prefetch(&self, w: &Window, i: usize) {
-        if let Some(&at) = w.at.get(i) {
-            let p = self.bytes.as_ptr().wrapping_add(w.base as usize + at as usize);
-            crate::prefetch::line(p);
-            crate::prefetch::line(p.wrapping_add(64));
-        }
+    pub(crate) fn sorted_packet<'w>(&'w self, w: &Window, r: Rec, frame: u64) -> Option<Packet<'w>> {
+        let buf = &self.bytes[w.base as usize..];
+        let (ts_ns, range, orig_len) = self.parser.whole(buf, r.at as usize)?;
+        Some(Packet { frame, ts_ns, link: self.parser.link(), data: &buf[range], orig_len })
+    }
+
+    /// Asks the cache for sorted record `r` of window `w`'s first bytes (a hint).
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, w: &Window, r: Rec) {
+        let p = self.bytes.as_ptr().wrapping_add(w.base as usize + r.at as usize);
+        crate::prefetch::line(p);
+        crate::prefetch::line(p.wrapping_add(64));
     }
 }
 
@@ -224,8 +241,8 @@ impl Window {
         self.at.len()
     }
 
-    /// The indexes of the records sorted into `sort`.
-    pub(crate) fn sorted(&self, sort: usize) -> &[u32] {
+    /// The records sorted into `sort`.
+    pub(crate) fn sorted(&self, sort: usize) -> &[Rec] {
         self.sorts.get(sort).map_or(&[], Vec::as_slice)
     }
 
@@ -297,10 +314,16 @@ mod tests {
             for (k, kn) in known.iter().enumerate().skip(1) {
                 let g = w.read(k as u64, None, Spare::default(), 2, |d| d.len() % 2);
                 let offsets = |w: &Window| w.at.iter().map(|&a| w.base + u64::from(a)).collect::<Vec<_>>();
+                // Each sorted record's index, and its offset in the file (the
+                // two windows count their offsets from different bases).
+                let sorts = |w: &Window| {
+                    let rec = |r: &Rec| (r.index, w.base + u64::from(r.at));
+                    w.sorts.iter().map(|l| l.iter().map(rec).collect::<Vec<_>>()).collect::<Vec<_>>()
+                };
                 if g.start == kn.start {
                     assert_eq!(
-                        (offsets(&g), &g.sorts, g.end),
-                        (offsets(kn), &kn.sorts, kn.end),
+                        (offsets(&g), sorts(&g), g.end),
+                        (offsets(kn), sorts(kn), kn.end),
                         "window {k} of {size}"
                     );
                 } else {
