@@ -213,16 +213,20 @@ impl<'c> Windows<'c> {
     /// Frame `i` of window `w`.
     #[inline(always)]
     pub(crate) fn packet<'w>(&'w self, w: &Window, i: usize, frame: u64) -> Option<Packet<'w>> {
-        let buf = &self.bytes[w.base as usize..];
-        let (ts_ns, range, orig_len) = self.parser.whole(buf, *w.at.get(i)? as usize)?;
-        Some(Packet { frame, ts_ns, link: self.parser.link(), data: &buf[range], orig_len })
+        self.packet_at(w, *w.at.get(i)?, frame)
     }
 
     /// Sorted record `r` of window `w`, as frame `frame`.
     #[inline(always)]
     pub(crate) fn sorted_packet<'w>(&'w self, w: &Window, r: Rec, frame: u64) -> Option<Packet<'w>> {
+        self.packet_at(w, r.at, frame)
+    }
+
+    /// The record at offset `at` of window `w`, as frame `frame`.
+    #[inline(always)]
+    fn packet_at<'w>(&'w self, w: &Window, at: u32, frame: u64) -> Option<Packet<'w>> {
         let buf = &self.bytes[w.base as usize..];
-        let (ts_ns, range, orig_len) = self.parser.whole(buf, r.at as usize)?;
+        let (ts_ns, range, orig_len) = self.parser.whole(buf, at as usize)?;
         Some(Packet { frame, ts_ns, link: self.parser.link(), data: &buf[range], orig_len })
     }
 
