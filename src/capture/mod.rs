@@ -141,8 +141,8 @@ enum Bytes {
 }
 
 /// A capture's bytes, held for the duration of the analysis: a regular file is
-/// memory-mapped; standard input, FIFOs and devices are streamed through a bounded buffer as
-/// the walk goes.
+/// memory-mapped; standard input, FIFOs and devices are streamed through a
+/// bounded buffer as the walk goes.
 pub struct Capture {
     /// Name used in messages (the path, or `-` for stdin).
     pub name: String,
