@@ -61,12 +61,12 @@ for n in $NAMES; do
     printf "   %-8s %s s  %s s CPU  %s KB\n" "$n" "$(median "$n" 1)" "$(median "$n" 2)" "$(median "$n" 3)"
 done
 for t in 1 2; do
-    paste "$TMP/pcap$t" "$TMP/pcapng$t" | awk '{print $4 / $1, $5 / $2}' > "$TMP/ratio$t"
+    paste "$TMP/pcap$t" "$TMP/pcapng$t" | awk '{print $5 / $1, $6 / $2}' > "$TMP/ratio$t"
     C=$(sort -g -k2 "$TMP/ratio$t" | awk '{v[NR] = $2} END {print v[int((NR + 1) / 2)]}')
     sort -g -k1 "$TMP/ratio$t" |
         awk -v t="$t" -v c="$C" '{w[NR] = $1} END {printf "== %s thread(s): pcapng = %.2fx pcap (wall, median of rounds; %.2f-%.2f), %.2fx (CPU)\n", t, w[int((NR + 1) / 2)], w[1], w[NR], c}'
     if [ -n "${BEFORE:-}" ]; then
-        paste "$TMP/pcapng$t" "$TMP/before$t" | awk '{print $1 / $4}' | sort -g |
+        paste "$TMP/pcapng$t" "$TMP/before$t" | awk '{print $1 / $5}' | sort -g |
             awk -v t="$t" '{v[NR] = $1} END {printf "== %s thread(s): pcapng, this build = %.2fx before (wall, median of rounds; %.2f-%.2f)\n", t, v[int((NR + 1) / 2)], v[1], v[NR]}'
     fi
 done

@@ -33,7 +33,7 @@ for r in $(seq "$RUNS"); do
     python3 "$HERE/timed.py" "$TMP/t1" "$TCPDOCTOR" analyze "$TMP/h1.pcap" --json --threads 1 > /dev/null &
     wait
     # The pair's wall: the later half; its CPU: both.
-    paste "$TMP/t0" "$TMP/t1" | awk '{w = $1 > $4 ? $1 : $4; printf "%.4f %.4f %d\n", w, $2 + $5, $3 + $6}' >> "$TMP/halves"
+    paste "$TMP/t0" "$TMP/t1" | awk '{w = $1 > $5 ? $1 : $5; printf "%.4f %.4f %d %.4f\n", w, $2 + $6, $3 + $7, $4 + $8}' >> "$TMP/halves"
     tail -n 1 "$TMP/halves" | awk '{printf "   %-14s %7.3f s wall %7.3f s CPU\n", "halves", $1, $2}'
 done
 one=$(column_median "$TMP/one" 1) two=$(column_median "$TMP/two" 1) halves=$(column_median "$TMP/halves" 1)

@@ -13,10 +13,12 @@
 #   DROP_CACHES=1         drop the page cache before warming it (root): see below
 #
 # Each run is timed by bench/timed.py (wait4's rusage): wall seconds, CPU
-# seconds (user + sys) to the millisecond, and peak RSS. (/usr/bin/time prints
-# hundredths, too coarse for runs of 0.03-0.2 s.) Prints every run, the medians, and the ratios: the speed-up
-# of 2 threads over 1 (wall), each against the floor (wall), and the stream
-# against the file named (CPU per packet, RSS; one thread reads it, two map it).
+# seconds (user + sys) to the millisecond, peak RSS and user CPU. (/usr/bin/time
+# prints hundredths, too coarse for runs of 0.03-0.2 s.) Prints every run, the
+# medians, and the ratios: the speed-up of 2 threads over 1 (wall), each against
+# the floor (wall), and the stream against the file named one thread maps (CPU
+# and user CPU per packet: a pipe's bytes cost the kernel a copy a mapped file's
+# do not; RSS).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -74,17 +76,19 @@ echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 F=$(median floor 1); T1=$(median threads1 1); T2=$(median threads2 1); S=$(median stream 1)
 T1C=$(median threads1 2); T2C=$(median threads2 2); SC=$(median stream 2)
 T1K=$(median threads1 3); T2K=$(median threads2 3); SK=$(median stream 3)
+T1U=$(median threads1 4); SU=$(median stream 4)
 echo "== medians (wall s, CPU s, peak RSS KB)"
 printf "   floor      %s s\n" "$F"
 printf "   threads 1  %s s  %s s CPU  %s KB\n" "$T1" "$T1C" "$T1K"
 printf "   threads 2  %s s  %s s CPU  %s KB\n" "$T2" "$T2C" "$T2K"
 printf "   stream     %s s  %s s CPU  %s KB\n" "$S" "$SC" "$SK"
-awk -v f="$F" -v t1="$T1" -v t2="$T2" -v t1c="$T1C" -v sc="$SC" -v n="$PACKETS" 'BEGIN {
+awk -v f="$F" -v t1="$T1" -v t2="$T2" -v t1c="$T1C" -v sc="$SC" -v t1u="$T1U" -v su="$SU" -v n="$PACKETS" 'BEGIN {
     printf "== ratios: threads-2 speed-up %.2fx (wall); threads 1 = %.2fx the floor, threads 2 = %.2fx the floor (wall)\n", t1 / t2, t1 / f, t2 / f
     printf "== per packet (CPU): the file, 1 thread %.0f ns; stream %.0f ns (%.2fx)\n", t1c / n * 1e9, sc / n * 1e9, sc / t1c
+    printf "== per packet (user CPU, the analysis itself): the file %.0f ns; stream %.0f ns (%.2fx); the rest of the stream CPU is the kernel copying it out of the pipe\n", t1u / n * 1e9, su / n * 1e9, su / t1u
 }'
 # The same ratios within each round (its runs seconds apart), then their
 # medians and spread: the floor itself moves by a third between rounds here.
-paste "$TMP/floor" "$TMP/threads1" "$TMP/threads2" | awk '{print $4 / $1, $4 / $7}' >"$TMP/paired"
+paste "$TMP/floor" "$TMP/threads1" "$TMP/threads2" | awk '{print $5 / $1, $5 / $9}' >"$TMP/paired"
 sort -g -k1 "$TMP/paired" | awk '{v[NR] = $1} END {printf "== per round: threads 1 = %.2fx the floor (median; %.2f-%.2f)", v[int((NR + 1) / 2)], v[1], v[NR]}'
 sort -g -k2 "$TMP/paired" | awk '{v[NR] = $2} END {printf "; threads-2 speed-up %.2fx (%.2f-%.2f)\n", v[int((NR + 1) / 2)], v[1], v[NR]}'

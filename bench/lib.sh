@@ -51,7 +51,7 @@ timed_run() {
         END {print rps, n, cpu}'
 }
 
-# timed DIR NAME CMD…: one run of CMD under bench/timed.py, its "wall_s cpu_s peak_kb"
+# timed DIR NAME CMD…: one run of CMD under bench/timed.py, its "wall_s cpu_s peak_kb user_s"
 # appended to DIR/NAME and printed. Exit 4 (tcpdoctor's "partial": a packet cut at
 # the end) is still a valid timing; any other failure ends the script.
 timed() {

@@ -46,15 +46,22 @@ struct State {
 pub struct Hub {
     state: Mutex<State>,
     /// Per shard: every lesson of a frame below this is queued.
-    below: Vec<AtomicU64>,
+    below: Vec<Mark>,
 }
+
+/// A shard's mark, on lines of its own: each shard writes its own every
+/// few hundred frames, and on a shared line every write would first take
+/// the line back from the other core (128 bytes: the line and the one the
+/// adjacent-line prefetcher pairs with it).
+#[repr(align(128))]
+struct Mark(AtomicU64);
 
 impl Hub {
     /// A hub for `shards` trackers, taking ports in `e` as clients'.
     pub fn new(shards: usize, e: Ephemeral) -> Arc<Hub> {
         Arc::new(Hub {
             state: Mutex::new(State { roles: Roles::new(e), queues: vec![VecDeque::new(); shards] }),
-            below: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            below: (0..shards).map(|_| Mark(AtomicU64::new(0))).collect(),
         })
     }
 
@@ -100,17 +107,17 @@ impl Shared {
             let mut s = self.hub.lock();
             s.queues[self.me].extend(self.pending.drain(..));
             // Lessons below every shard's mark can no longer be overtaken: apply them (bounds the queues).
-            let all = self.hub.below.iter().map(|b| b.load(Ordering::Acquire)).min().unwrap_or(0);
+            let all = self.hub.below.iter().map(|b| b.0.load(Ordering::Acquire)).min().unwrap_or(0);
             Hub::apply(&mut s, all.min(below).saturating_sub(1));
         }
         self.published = below;
-        self.hub.below[self.me].store(below, Ordering::Release);
+        self.hub.below[self.me].0.store(below, Ordering::Release);
     }
 
     fn judge(&mut self, frame: u64, a: Endpoint, b: Endpoint) -> (Endpoint, RoleSource) {
         self.publish(frame);
         let mut spins = 0u32;
-        while self.hub.below.iter().enumerate().any(|(i, b)| i != self.me && b.load(Ordering::Acquire) < frame) {
+        while self.hub.below.iter().enumerate().any(|(i, b)| i != self.me && b.0.load(Ordering::Acquire) < frame) {
             spins += 1;
             if spins < 64 {
                 std::thread::yield_now();
