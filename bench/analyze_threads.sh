@@ -16,9 +16,9 @@
 # seconds (user + sys) to the millisecond, peak RSS and user CPU. (/usr/bin/time
 # prints hundredths, too coarse for runs of 0.03-0.2 s.) Prints every run, the
 # medians, and the ratios: the speed-up of 2 threads over 1 (wall), each against
-# the floor (wall), and the stream against the file named one thread maps (CPU
-# and user CPU per packet: a pipe's bytes cost the kernel a copy a mapped file's
-# do not; RSS).
+# the floor (wall), and the stream against the named file, which one thread
+# maps (CPU and user CPU per packet: reading a pipe costs the kernel a copy that
+# a mapped file does not; RSS).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
