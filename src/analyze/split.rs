@@ -62,9 +62,7 @@ pub(super) fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
             && h[23] == 6
             && h[20] & 0x3f | h[21] == 0
         {
-            let word = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
-            let port = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-            return owner(mix(word(26), port(34)), mix(word(30), port(36)), of);
+            return ends_owner(&h[14..34], &h[34..], of);
         }
         return ipv4_owner(&data[14..], of);
     }
@@ -80,13 +78,18 @@ fn ipv4_owner(p: &[u8], of: usize) -> usize {
     let hl = usize::from(h[0] & 0x0f) * 4;
     let tcp = h[0] >> 4 == 4 && hl >= 20 && h[9] == 6 && u16::from_be_bytes([h[6], h[7]]) & 0x3fff == 0;
     match p.get(hl..hl + 4) {
-        Some(t) if tcp => {
-            let word = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
-            let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
-            owner(mix(word(12), port(0)), mix(word(16), port(2)), of)
-        }
+        Some(t) if tcp => ends_owner(h, t, of),
         _ => 0,
     }
+}
+
+/// The owner of the connection of an IPv4 header `ip` (its first 20 bytes)
+/// and the first 4 bytes `t` of its TCP header: both addresses and ports.
+#[inline(always)]
+fn ends_owner(ip: &[u8], t: &[u8], of: usize) -> usize {
+    let word = |i: usize| u64::from(u32::from_be_bytes([ip[i], ip[i + 1], ip[i + 2], ip[i + 3]]));
+    let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
+    owner(mix(word(12), port(0)), mix(word(16), port(2)), of)
 }
 
 #[inline(never)]
