@@ -1,6 +1,7 @@
 //! The table's map from a connection's endpoints to its state. IPv4 pairs
 //! (nearly every capture) get a map of their own with a key of two words,
-//! which is cheaper to build, hash and compare than one wide enough for IPv6.
+//! which is cheaper to build, hash and compare than one wide enough for IPv6,
+//! and a small direct-mapped cache in front of it (`front`).
 
 use crate::wire::Endpoint;
 use rustc_hash::FxHashMap;
@@ -77,15 +78,33 @@ pub(super) fn key(a: &Endpoint, b: &Endpoint) -> (Key, bool) {
 }
 
 /// Connections by key. Boxed: the probe then walks small entries (key and
-/// pointer), not connections of a kilobyte and more.
+/// pointer), not connections of a kilobyte and more; and a connection stays
+/// where it is while the map grows, which `front` relies on.
 pub(super) struct Conns<C> {
     v4: FxHashMap<Key4, Box<C>>,
+    /// Per slot of a key's hash: the IPv4 key looked up there last and the
+    /// address of its connection (null: none). A hit costs a load and a
+    /// compare of two words, where the map's probe (a group of tags, a mask,
+    /// then the key) took a tenth of one thread's time (bench/RESULTS.md).
+    /// Every use of the map but a lookup (a removal, a walk) clears what it
+    /// could make stale.
+    front: Box<[(Key4, *mut C); FRONT]>,
     v6: FxHashMap<Key6, Box<C>>,
+}
+
+/// Slots of `front` (6 KiB): a few times the connections open at once in a
+/// busy capture, so that few share one.
+const FRONT: usize = 256;
+
+#[inline(always)]
+fn front_slot(k: &Key4) -> usize {
+    (mix(k.lo, k.hi) >> 56) as usize % FRONT
 }
 
 impl<C> Default for Conns<C> {
     fn default() -> Self {
-        Conns { v4: FxHashMap::default(), v6: FxHashMap::default() }
+        let front = Box::new([(Key4 { lo: 0, hi: 0 }, std::ptr::null_mut()); FRONT]);
+        Conns { v4: FxHashMap::default(), front, v6: FxHashMap::default() }
     }
 }
 
@@ -93,15 +112,34 @@ impl<C> Conns<C> {
     #[inline]
     pub(super) fn get_mut(&mut self, k: &Key) -> Option<&mut C> {
         match k {
-            Key::V4(k) => self.v4.get_mut(k),
-            Key::V6(k) => self.v6.get_mut(k),
+            Key::V4(k) => {
+                let f = &mut self.front[front_slot(k)];
+                if f.0 == *k && !f.1.is_null() {
+                    // SAFETY: the address of the box that `v4` holds under `k`,
+                    // taken from a unique borrow of it at the lookup that filled
+                    // the slot; since then the box has not left the map nor been
+                    // borrowed another way (those clear the slot), and a box's
+                    // contents do not move when the map grows. `&mut self` makes
+                    // this the only reference.
+                    return Some(unsafe { &mut *f.1 });
+                }
+                let c: &mut C = self.v4.get_mut(k)?;
+                *f = (*k, c);
+                Some(c)
+            }
+            Key::V6(k) => self.v6.get_mut(k).map(|c| &mut **c),
         }
-        .map(|c| &mut **c)
     }
 
     pub(super) fn remove(&mut self, k: &Key) -> Option<Box<C>> {
         match k {
-            Key::V4(k) => self.v4.remove(k),
+            Key::V4(k) => {
+                let f = &mut self.front[front_slot(k)];
+                if f.0 == *k {
+                    f.1 = std::ptr::null_mut();
+                }
+                self.v4.remove(k)
+            }
             Key::V6(k) => self.v6.remove(k),
         }
     }
@@ -114,16 +152,24 @@ impl<C> Conns<C> {
         }
     }
 
+    fn forget_all(&mut self) {
+        self.front.iter_mut().for_each(|f| f.1 = std::ptr::null_mut());
+    }
+
     pub(super) fn len(&self) -> usize {
         self.v4.len() + self.v6.len()
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = (Key, &C)> {
+    /// Every connection. Takes `&mut self` to clear `front`: the walk
+    /// borrows every box another way.
+    pub(super) fn iter(&mut self) -> impl Iterator<Item = (Key, &C)> {
+        self.forget_all();
         let v4 = self.v4.iter().map(|(k, c)| (Key::V4(*k), &**c));
         v4.chain(self.v6.iter().map(|(k, c)| (Key::V6(*k), &**c)))
     }
 
     pub(super) fn drain(&mut self) -> impl Iterator<Item = Box<C>> {
+        self.forget_all();
         self.v4.drain().map(|(_, c)| c).chain(self.v6.drain().map(|(_, c)| c))
     }
 }
@@ -157,5 +203,56 @@ mod tests {
         assert_eq!((m.get_mut(&k2).copied(), m.get_mut(&k6).copied(), m.len()), (Some(1), Some(6), 2));
         assert_eq!(m.remove(&k).as_deref(), Some(&1));
         assert_eq!(m.drain().map(|c| *c).collect::<Vec<_>>(), vec![6]);
+    }
+
+    /// The cache in front of the map never answers for a key that left, nor
+    /// with another key's connection: many keys share each slot, and are
+    /// looked up, removed, inserted again and walked in turn, against a
+    /// plain map.
+    #[test]
+    fn the_front_cache_agrees_with_the_map() {
+        let keys: Vec<Key> = (0..3 * FRONT as u32)
+            .map(|i| key(&ep([10, 0, (i >> 8) as u8, i as u8], 40000 + (i % 7) as u16), &ep([10, 0, 0, 1], 80)).0)
+            .collect();
+        let mut m: Conns<u32> = Conns::default();
+        let mut plain = std::collections::HashMap::new();
+        let mut x = 0x2545_f491_u32;
+        for round in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let i = x as usize % keys.len();
+            let k = keys[i];
+            match x >> 30 {
+                0 => {
+                    assert_eq!(m.remove(&k).map(|c| *c), plain.remove(&i), "remove {i}");
+                }
+                1 if !plain.contains_key(&i) => {
+                    assert_eq!(*m.insert(k, Box::new(round)), round);
+                    plain.insert(i, round);
+                }
+                2 if round % 100 == 0 => {
+                    assert_eq!(m.iter().count(), plain.len());
+                }
+                _ => {
+                    let got = m.get_mut(&k).map(|c| {
+                        *c += 1;
+                        *c
+                    });
+                    let want = plain.get_mut(&i).map(|c| {
+                        *c += 1;
+                        *c
+                    });
+                    assert_eq!(got, want, "lookup {i}");
+                }
+            }
+        }
+        assert_eq!(m.len(), plain.len());
+        let mut left: Vec<u32> = m.drain().map(|c| *c).collect();
+        let mut want: Vec<u32> = plain.into_values().collect();
+        left.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(left, want);
+        assert!(m.get_mut(&keys[0]).is_none(), "nothing is found after the drain");
     }
 }
