@@ -48,15 +48,17 @@ pub(crate) struct Window {
     pub(crate) damage: Option<String>,
     /// Offset its records' offsets count from.
     base: u64,
-    /// Each record's offset from `base`.
-    at: Vec<u32>,
-    /// Per sort, the records given it (in order).
+    /// Its records.
+    len: u32,
+    /// Per sort, the records given it (in order). Every record is in one:
+    /// record `i` is found by its index ([`Windows::packet`]).
     sorts: Vec<Vec<Rec>>,
 }
 
 /// A record of a window, as sorted: its index and its offset, side by side,
-/// so that whoever analyses it finds its bytes without a look into
-/// [`Window`]'s offsets (a load that waited on the other core's lines).
+/// so that whoever analyses it finds its bytes in its own list (a second list
+/// of every record's offset, read at each record, waited on the other core's
+/// lines; the sort no longer keeps one: bench/RESULTS.md, twelfth session).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rec {
     /// Its index in the window.
@@ -68,7 +70,6 @@ pub(crate) struct Rec {
 /// A window's lists, kept to be filled again.
 #[derive(Default)]
 pub(crate) struct Spare {
-    at: Vec<u32>,
     sorts: Vec<Vec<Rec>>,
 }
 
@@ -106,8 +107,9 @@ impl<'c> Windows<'c> {
     }
 
     /// Sorts window `k`'s records into `spare`'s lists, from the record at
-    /// `from` (`None`: guessed), each into one of `of` with `sort`. Never
-    /// fails: a window that cannot be read whole says so in [`Window::bad`].
+    /// `from` (`None`: guessed), each into one of `of` with `sort` (which
+    /// returns less than `of`). Never fails: a window that cannot be read
+    /// whole says so in [`Window::bad`].
     pub(crate) fn read(
         &self,
         k: u64,
@@ -120,11 +122,10 @@ impl<'c> Windows<'c> {
         let lo = if k == 0 { 24 } else { k * self.size };
         let hi = ((k + 1) * self.size).min(len);
         let base = from.unwrap_or(lo).min(len);
-        let Spare { mut at, mut sorts } = spare;
-        at.clear();
+        let Spare { mut sorts } = spare;
         sorts.resize_with(of, Vec::new);
         sorts.iter_mut().for_each(Vec::clear);
-        let mut w = Window { start: from, end: base, bad: false, damage: None, base, at, sorts };
+        let mut w = Window { start: from, end: base, bad: false, damage: None, base, len: 0, sorts };
         self.map_ahead(base, hi.max(base) + OVERHANG);
         let buf = &self.bytes[base as usize..];
         let mut pos = match from {
@@ -135,6 +136,7 @@ impl<'c> Windows<'c> {
             },
         };
         w.start = Some(base + pos as u64);
+        let mut n = 0;
         while base + (pos as u64) < hi {
             let Some((_, range, _)) = self.parser.whole(buf, pos) else {
                 // The general walk says what is wrong (its checks are the same).
@@ -144,12 +146,15 @@ impl<'c> Windows<'c> {
                 w.bad = true;
                 break;
             };
-            if let Some(list) = w.sorts.get_mut(sort(&buf[range.clone()])) {
-                list.push(Rec { index: w.at.len() as u32, at: pos as u32 });
+            // Clamped: every record must be in a list, where `packet` finds it.
+            let to = sort(&buf[range.clone()]).min(of.saturating_sub(1));
+            if let Some(list) = w.sorts.get_mut(to) {
+                list.push(Rec { index: n, at: pos as u32 });
             }
-            w.at.push(pos as u32);
+            n += 1;
             pos = range.end;
         }
+        w.len = n;
         w.end = base + pos as u64;
         self.checked(w)
     }
@@ -210,10 +215,13 @@ impl<'c> Windows<'c> {
         })
     }
 
-    /// Frame `i` of window `w`.
-    #[inline(always)]
+    /// Frame `i` of window `w`, found by its index in the sorts' lists
+    /// (asked for once a window and at each sweep, not per record: the sort
+    /// then keeps one list, not two).
     pub(crate) fn packet<'w>(&'w self, w: &Window, i: usize, frame: u64) -> Option<Packet<'w>> {
-        self.packet_at(w, *w.at.get(i)?, frame)
+        let i = u32::try_from(i).ok()?;
+        let r = w.sorts.iter().find_map(|l| l.binary_search_by_key(&i, |r| r.index).ok().map(|at| l[at]))?;
+        self.packet_at(w, r.at, frame)
     }
 
     /// Sorted record `r` of window `w`, as frame `frame`.
@@ -242,7 +250,7 @@ impl<'c> Windows<'c> {
 impl Window {
     /// Its records.
     pub(crate) fn len(&self) -> usize {
-        self.at.len()
+        self.len as usize
     }
 
     /// The records sorted into `sort`.
@@ -252,7 +260,7 @@ impl Window {
 
     /// Its lists, to be filled again.
     pub(crate) fn spare(self) -> Spare {
-        Spare { at: self.at, sorts: self.sorts }
+        Spare { sorts: self.sorts }
     }
 
     /// Bytes of the file it covers.
@@ -291,6 +299,42 @@ mod tests {
         out
     }
 
+    /// Record `i` of `w`, looked for in every list.
+    fn find(w: &Window, i: usize) -> Rec {
+        let mut found = w.sorts.iter().flatten().filter(|r| r.index as usize == i);
+        let r = *found.next().expect("every record is in a list");
+        assert!(found.next().is_none(), "and in one only");
+        r
+    }
+
+    /// Every frame of a window, asked for by its index, is the frame a walk
+    /// of the file gives at that place (the first, the last, the ones
+    /// between), whichever list holds it.
+    #[test]
+    fn a_frame_is_found_by_its_index() {
+        let bytes = with_fake_records();
+        let (all, _) = crate::capture::all_packets(&bytes).unwrap();
+        let cap = Capture::from_bytes("fake.pcap", bytes.clone());
+        for (size, of) in [(1000, 2), (3000, 3), (4096, 1)] {
+            let w = Windows::new(&cap, size).unwrap();
+            let mut frame = 0;
+            let mut from = 24;
+            for k in 0..w.count() {
+                let win = w.read(k, Some(from), Spare::default(), of, |d| d.len() % of);
+                from = win.end;
+                for i in 0..win.len() {
+                    frame += 1;
+                    let p = w.packet(&win, i, frame as u64).expect("found");
+                    let want = &all[frame - 1];
+                    assert_eq!((p.ts_ns, p.data, p.orig_len), (want.ts_ns, want.data, want.orig_len), "frame {frame}");
+                    assert_eq!(find(&win, i).index as usize, i);
+                }
+                assert!(w.packet(&win, win.len(), 0).is_none(), "none past the last");
+            }
+            assert_eq!(frame, all.len(), "windows of {size}");
+        }
+    }
+
     /// Each window read from where the one before it ended.
     fn in_order(w: &Windows<'_>) -> Vec<Window> {
         let mut from = 24;
@@ -317,7 +361,7 @@ mod tests {
             assert!(known.iter().all(|k| !k.bad));
             for (k, kn) in known.iter().enumerate().skip(1) {
                 let g = w.read(k as u64, None, Spare::default(), 2, |d| d.len() % 2);
-                let offsets = |w: &Window| w.at.iter().map(|&a| w.base + u64::from(a)).collect::<Vec<_>>();
+                let offsets = |w: &Window| (0..w.len()).map(|i| w.base + u64::from(find(w, i).at)).collect::<Vec<_>>();
                 // Each sorted record's index, and its offset in the file (the
                 // two windows count their offsets from different bases).
                 let sorts = |w: &Window| {
