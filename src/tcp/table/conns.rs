@@ -86,8 +86,8 @@ pub(super) struct Conns<C> {
     /// address of its connection (null: none). A hit costs a load and a
     /// compare of two words, where the map's probe (a group of tags, a mask,
     /// then the key) took a tenth of one thread's time (bench/RESULTS.md).
-    /// Every use of the map but a lookup (a removal, a walk) clears what it
-    /// could make stale.
+    /// A lookup or an insertion fills the key's slot, a removal clears it,
+    /// and a walk over the map clears them all.
     front: Box<[(Key4, *mut C); FRONT]>,
     v6: FxHashMap<Key6, Box<C>>,
 }
@@ -123,9 +123,12 @@ impl<C> Conns<C> {
                     // this the only reference.
                     return Some(unsafe { &mut *f.1 });
                 }
-                let c: &mut C = self.v4.get_mut(k)?;
-                *f = (*k, c);
-                Some(c)
+                // The slot and the reference returned are made from one
+                // pointer, so that using either leaves the other valid.
+                let p: *mut C = &mut **self.v4.get_mut(k)?;
+                *f = (*k, p);
+                // SAFETY: `p` is the box's address, just taken from a unique borrow.
+                Some(unsafe { &mut *p })
             }
             Key::V6(k) => self.v6.get_mut(k).map(|c| &mut **c),
         }
@@ -147,7 +150,14 @@ impl<C> Conns<C> {
     /// Inserts `c` under `k` (which holds none) and returns it.
     pub(super) fn insert(&mut self, k: Key, c: Box<C>) -> &mut C {
         match k {
-            Key::V4(k) => self.v4.entry(k).insert_entry(c).into_mut(),
+            Key::V4(k) => {
+                // The slot then holds this box, even if `k` held one (made
+                // from one pointer with the reference returned, as in `get_mut`).
+                let p: *mut C = &mut **self.v4.entry(k).insert_entry(c).into_mut();
+                self.front[front_slot(&k)] = (k, p);
+                // SAFETY: `p` is the box's address, just taken from a unique borrow.
+                unsafe { &mut *p }
+            }
             Key::V6(k) => self.v6.entry(k).insert_entry(c).into_mut(),
         }
     }
