@@ -56,9 +56,9 @@ pub(crate) struct Window {
 }
 
 /// A record of a window, as sorted: its index and its offset, side by side,
-/// so that whoever analyses it finds its bytes in its own list (a second list
-/// of every record's offset, read at each record, waited on the other core's
-/// lines; the sort no longer keeps one: bench/RESULTS.md, twelfth session).
+/// so that whoever analyses it finds its bytes from its own list alone (a
+/// separate list of offsets, read at each record, waited on the other core's
+/// lines).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rec {
     /// Its index in the window.
