@@ -10,7 +10,11 @@
 #   TCPDOCTOR=/path/bin   use this binary instead of building one
 #   FLOOR=/path/floor     use this floor program instead of building it (examples/floor.rs)
 #   RUNS=3                runs of each (medians are reported)
-#   DROP_CACHES=1         drop the page cache before warming it (root): see below
+#   PAGE_CACHE=as-is      how the capture sits in the page cache (see below):
+#                         as-is (warmed by reading it), small (a copy written
+#                         4 KiB at a time: small folios, as tcpdump leaves a
+#                         file) or large (a copy evicted and read back: large
+#                         folios); the copies go to the run's private directory
 #
 # Each run is timed by bench/timed.py (wait4's rusage): wall seconds, CPU
 # seconds (user + sys) to the millisecond, peak RSS and user CPU. (/usr/bin/time
@@ -27,6 +31,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 BIG=${1:-$HERE/out/big.pcap}
 RUNS=${RUNS:-3}
+if [ -n "${DROP_CACHES:-}" ]; then
+    echo "analyze_threads.sh: DROP_CACHES is gone; PAGE_CACHE=large reads a copy of the capture back in large folios without dropping the host's cache" >&2
+    exit 2
+fi
 
 need_capture "$BIG"
 
@@ -52,15 +60,18 @@ echo "== source: $(git -C "$ROOT" log -1 --format='%h %s' 2>/dev/null | cut -c1-
 PACKETS=$("$TCPDOCTOR" analyze "$BIG" --json --threads 1 | awk -F: '/"packets"/ {gsub(/[ ,]/, "", $2); print $2; exit}')
 echo "== capture: $BIG ($PACKETS packets, $(stat -c %s "$BIG") bytes); warming the page cache"
 # How the file entered the page cache changes what mapping it costs: pages
-# written by tcpdump are small folios, pages read back are large ones, and
-# the floor took 90 ms on the first and 43 ms on the second here. DROP_CACHES=1
-# (root) drops the page cache first so that every run reads the file back the
-# same way (it drops the whole host's clean cache: not for a production host).
-if [ "${DROP_CACHES:-0}" = 1 ]; then
-    sync
-    echo 1 > /proc/sys/vm/drop_caches
-fi
-cat "$BIG" > /dev/null
+# written in small pieces (as tcpdump writes) are small folios, pages read back
+# are large ones; the floor took 90 ms on the first and 50 ms on the second
+# here, so every ratio to it depends on which. PAGE_CACHE=small or large runs
+# on a copy put in that state (bench/page_cache.py touches only the copy, not
+# the rest of the host's cache); the share of large folios is printed (root).
+case "${PAGE_CACHE:-as-is}" in
+    as-is) cat "$BIG" > /dev/null ;;
+    small) python3 "$HERE/page_cache.py" --small "$BIG" "$TMP/capture.pcap"; BIG=$TMP/capture.pcap ;;
+    large) cp "$BIG" "$TMP/capture.pcap"; BIG=$TMP/capture.pcap; python3 "$HERE/page_cache.py" --large "$BIG" ;;
+    *) echo "PAGE_CACHE must be as-is, small or large (not '$PAGE_CACHE')" >&2; exit 2 ;;
+esac
+echo "== page cache (${PAGE_CACHE:-as-is}): $BIG: $(python3 "$HERE/page_cache.py" "$BIG")"
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== $RUNS rounds of: floor BIG | analyze BIG --json --threads 1 | --threads 2 | analyze - --json < pipe"
 for i in $(seq "$RUNS"); do
@@ -72,6 +83,8 @@ for i in $(seq "$RUNS"); do
     run stream "$TCPDOCTOR" analyze - --json < <(cat "$BIG")
 done
 echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+# The state drifts (pages evicted under memory pressure come back small): say where it ended.
+echo "== page cache after: $(python3 "$HERE/page_cache.py" "$BIG")"
 
 F=$(median floor 1); T1=$(median threads1 1); T2=$(median threads2 1); S=$(median stream 1)
 T1C=$(median threads1 2); T2C=$(median threads2 2); SC=$(median stream 2)

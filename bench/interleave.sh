@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Times several commands in turn, round after round, so that each round's
 # runs share the machine's state (load, page cache), and prints each one's
-# median wall and CPU seconds: for before/after comparisons of two builds.
+# median wall, CPU and user CPU seconds and peak RSS: for before/after
+# comparisons of two builds.
 #
 #   bench/interleave.sh RUNS LABEL='CMD ARGS…' [LABEL='CMD ARGS…' …]
 #
@@ -41,7 +42,8 @@ done
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 i=0
 for spec in "$@"; do
-    printf '%-12s wall %s s  CPU %s s\n' "${spec%%=*}" \
-        "$(cut -d' ' -f1 "$TMP/$i" | median)" "$(cut -d' ' -f2 "$TMP/$i" | median)"
+    printf '%-12s wall %s s  CPU %s s  user %s s  peak RSS %s KB\n' "${spec%%=*}" \
+        "$(cut -d' ' -f1 "$TMP/$i" | median)" "$(cut -d' ' -f2 "$TMP/$i" | median)" \
+        "$(cut -d' ' -f4 "$TMP/$i" | median)" "$(cut -d' ' -f3 "$TMP/$i" | median)"
     i=$((i + 1))
 done
