@@ -35,6 +35,10 @@ if [ -n "${DROP_CACHES:-}" ]; then
     echo "analyze_threads.sh: DROP_CACHES is gone; PAGE_CACHE=large reads a copy of the capture back in large folios without dropping the host's cache" >&2
     exit 2
 fi
+case "${PAGE_CACHE:=as-is}" in
+    as-is | small | large) ;;
+    *) echo "analyze_threads.sh: PAGE_CACHE must be as-is, small or large (not '$PAGE_CACHE')" >&2; exit 2 ;;
+esac
 
 need_capture "$BIG"
 
@@ -65,13 +69,12 @@ echo "== capture: $BIG ($PACKETS packets, $(stat -c %s "$BIG") bytes); warming t
 # here, so every ratio to it depends on which. PAGE_CACHE=small or large runs
 # on a copy put in that state (bench/page_cache.py touches only the copy, not
 # the rest of the host's cache); the share of large folios is printed (root).
-case "${PAGE_CACHE:-as-is}" in
+case "$PAGE_CACHE" in
     as-is) cat "$BIG" > /dev/null ;;
     small) python3 "$HERE/page_cache.py" --small "$BIG" "$TMP/capture.pcap"; BIG=$TMP/capture.pcap ;;
     large) cp "$BIG" "$TMP/capture.pcap"; BIG=$TMP/capture.pcap; python3 "$HERE/page_cache.py" --large "$BIG" ;;
-    *) echo "PAGE_CACHE must be as-is, small or large (not '$PAGE_CACHE')" >&2; exit 2 ;;
 esac
-echo "== page cache (${PAGE_CACHE:-as-is}): $BIG: $(python3 "$HERE/page_cache.py" "$BIG")"
+echo "== page cache ($PAGE_CACHE): $BIG: $(python3 "$HERE/page_cache.py" "$BIG")"
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== $RUNS rounds of: floor BIG | analyze BIG --json --threads 1 | --threads 2 | analyze - --json < pipe"
 for i in $(seq "$RUNS"); do
@@ -83,7 +86,8 @@ for i in $(seq "$RUNS"); do
     run stream "$TCPDOCTOR" analyze - --json < <(cat "$BIG")
 done
 echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-# The state drifts (pages evicted under memory pressure come back small): say where it ended.
+# The state drifts (here DAMON pages cold page cache out, and faults bring it
+# back in small folios): say where it ended.
 echo "== page cache after: $(python3 "$HERE/page_cache.py" "$BIG")"
 
 F=$(median floor 1); T1=$(median threads1 1); T2=$(median threads2 1); S=$(median stream 1)

@@ -11,6 +11,7 @@ Reading folio sizes needs root (/proc/self/pagemap's frame numbers and
 /proc/kpageflags); without it the first form prints "unknown". The other two
 touch only the named files (posix_fadvise), never the rest of the host's cache.
 """
+import ctypes
 import mmap
 import os
 import struct
@@ -35,8 +36,6 @@ def share(path):
     # this of a file the caller has just put in the cache.
     for i in range(n):
         m[i * page]
-    import ctypes
-
     addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
     try:
         with open("/proc/self/pagemap", "rb") as pm, open("/proc/kpageflags", "rb") as kf:
