@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""How a file sits in the page cache: the share of its cached pages that are
-parts of large folios, which changes what mapping the file costs (and so the
+"""How a file sits in the page cache: the share of its pages that are parts
+of large folios, which changes what mapping the file costs (and so the
 floor program's time, and every ratio to it: bench/RESULTS.md).
 
     bench/page_cache.py FILE              prints e.g. "82757 pages, 99.4 % in large folios"
@@ -51,7 +51,7 @@ def share(path):
                 (flags,) = struct.unpack("<Q", kf.read(8))
                 large += bool(flags & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL))
             return (pages, large)
-    except (PermissionError, OSError):
+    except OSError:  # no root: no /proc/kpageflags
         return None
 
 
