@@ -28,6 +28,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 const WINDOW: u64 = 2 << 20;
 /// Windows read but not yet analysed by every shard.
 const AHEAD: u64 = 6;
+/// Bytes of windows every shard is done with that are dropped from the
+/// mapping at once: each drop makes the other core flush its TLB (an
+/// interrupt, dearer in a VM); dropped a window (2 MiB) at a time, the
+/// flushes cost two threads ~2 % of their CPU (bench/RESULTS.md), and 8 MiB
+/// is what one thread's walk drops at once.
+const RELEASE_EVERY: u64 = 8 << 20;
 /// Records asked for ahead of the one analysed.
 const AHEAD_RECORDS: usize = 12;
 /// Test knob: the window size in bytes (small ones make many windows guess their start).
@@ -45,6 +51,8 @@ struct State {
     failed: bool,
     /// After Ctrl-C: the last window any shard analyses.
     last: Option<u64>,
+    /// Where the windows done with but still mapped start (`None`: none are).
+    unreleased: Option<u64>,
     /// Counts the changes a waiting shard may be waiting for.
     changes: u64,
 }
@@ -119,6 +127,7 @@ pub(super) fn run(windows: &Windows<'_>, tag: Option<usize>, opts: &Options, of:
             spares: Vec::new(),
             failed: false,
             last: None,
+            unreleased: None,
             changes: 0,
         }),
         moved: Condvar::new(),
@@ -258,7 +267,11 @@ impl Part<'_, '_> {
             if let Some(w) = s.read.remove(&gone)
                 && let Ok(w) = Arc::try_unwrap(w)
             {
-                self.windows.release(&w);
+                let from = *s.unreleased.get_or_insert(w.base());
+                if w.end - from >= RELEASE_EVERY {
+                    self.windows.release(from, w.end);
+                    s.unreleased = None;
+                }
                 s.spares.push(w.spare());
             }
         }
@@ -339,6 +352,7 @@ mod tests {
                 spares: Vec::new(),
                 failed: false,
                 last: None,
+                unreleased: None,
                 changes: 0,
             }),
             moved: Condvar::new(),

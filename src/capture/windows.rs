@@ -177,13 +177,13 @@ impl<'c> Windows<'c> {
         }
     }
 
-    /// Drops this process's mapping of window `w`'s whole pages (the page cache
-    /// keeps them): every thread is done with it, and resident memory stays at
-    /// the windows in use, not the file.
-    pub(crate) fn release(&self, w: &Window) {
+    /// Drops this process's mapping of the whole pages in bytes `[from, to)`
+    /// (the page cache keeps them): every thread is done with them, and
+    /// resident memory stays at the windows in use, not the file.
+    pub(crate) fn release(&self, from: u64, to: u64) {
         if let Bytes::Mapped(m) = &self.cap.bytes {
             let page = usize::try_from(procfs::page_size()).unwrap_or(4096).max(1);
-            let (from, to) = (w.base as usize / page * page, w.end as usize / page * page);
+            let (from, to) = (from as usize / page * page, to as usize / page * page);
             if from < to {
                 // SAFETY: no slice into these bytes is kept (every thread is
                 // done with the window). For a read-only private file mapping,
@@ -266,6 +266,11 @@ impl Window {
     /// Bytes of the file it covers.
     pub(crate) fn bytes(&self) -> u64 {
         self.end - self.base
+    }
+
+    /// Offset of its first byte.
+    pub(crate) fn base(&self) -> u64 {
+        self.base
     }
 }
 
