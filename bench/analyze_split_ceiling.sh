@@ -20,6 +20,7 @@ BIG=${1:-$HERE/out/big.pcap}
 need_capture "$BIG"
 TCPDOCTOR=$(tcpdoctor_bin "$HERE/..")
 RUNS=${RUNS:-7}
+need_timer
 TMP=$(mktemp -d /tmp/tcpdoctor-ceiling.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 echo "== split: $(python3 "$HERE/split_by_connection.py" "$BIG" "$TMP/h0.pcap" "$TMP/h1.pcap")"
@@ -29,8 +30,8 @@ for r in $(seq "$RUNS"); do
     echo "== round $r"
     timed "$TMP" one "$TCPDOCTOR" analyze "$BIG" --json --threads 1
     timed "$TMP" two "$TCPDOCTOR" analyze "$BIG" --json --threads 2
-    python3 "$HERE/timed.py" "$TMP/t0" "$TCPDOCTOR" analyze "$TMP/h0.pcap" --json --threads 1 > /dev/null &
-    python3 "$HERE/timed.py" "$TMP/t1" "$TCPDOCTOR" analyze "$TMP/h1.pcap" --json --threads 1 > /dev/null &
+    "$TIMER" "$TMP/t0" "$TCPDOCTOR" analyze "$TMP/h0.pcap" --json --threads 1 > /dev/null &
+    "$TIMER" "$TMP/t1" "$TCPDOCTOR" analyze "$TMP/h1.pcap" --json --threads 1 > /dev/null &
     wait
     # The pair's wall: the later half; its CPU: both.
     paste "$TMP/t0" "$TMP/t1" | awk '{w = $1 > $5 ? $1 : $5; printf "%.4f %.4f %d %.4f\n", w, $2 + $6, $3 + $7, $4 + $8}' >> "$TMP/halves"

@@ -16,9 +16,9 @@
 #                         file) or large (a copy evicted and read back: large
 #                         folios); the copies go to the run's private directory
 #
-# Each run is timed by bench/timed.py (wait4's rusage): wall seconds, CPU
-# seconds (user + sys) to the millisecond, peak RSS and user CPU. (/usr/bin/time
-# prints hundredths, too coarse for runs of 0.03-0.2 s.) Prints every run, the
+# Each run is timed by the benches' timer, examples/timed.rs (wait4's rusage):
+# wall seconds, CPU seconds (user + sys) to 0.1 ms, peak RSS and user CPU.
+# (/usr/bin/time prints hundredths, too coarse for runs of 0.03-0.2 s.) Prints every run, the
 # medians, and the ratios: the speed-up of 2 threads over 1 (wall), each against
 # the floor (wall), and the stream against the named file, which one thread
 # maps (CPU and user CPU per packet: reading a pipe costs the kernel a copy that
@@ -44,8 +44,8 @@ need_capture "$BIG"
 
 if [ -z "${TCPDOCTOR:-}" ] || [ -z "${FLOOR:-}" ]; then
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/tmp/bench-target}
-    echo "== build: (cd $ROOT && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build --release --bin tcpdoctor --example floor)"
-    (cd "$ROOT" && timeout 900 cargo build --release --quiet --bin tcpdoctor --example floor)
+    echo "== build: (cd $ROOT && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build --release --bin tcpdoctor --example floor --example timed)"
+    (cd "$ROOT" && timeout 900 cargo build --release --quiet --bin tcpdoctor --example floor --example timed)
     TCPDOCTOR=${TCPDOCTOR:-$CARGO_TARGET_DIR/release/tcpdoctor}
     FLOOR=${FLOOR:-$CARGO_TARGET_DIR/release/examples/floor}
 fi

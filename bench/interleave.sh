@@ -7,14 +7,18 @@
 #   bench/interleave.sh RUNS LABEL='CMD ARGS…' [LABEL='CMD ARGS…' …]
 #
 # e.g. bench/interleave.sh 11 old="/tmp/old analyze big.pcap --json" new="target/release/tcpdoctor analyze big.pcap --json"
-# Each command runs once unmeasured, then under bench/timed.py (wait4's
-# rusage), in every round; its output is discarded. A CMD may start with
-# VAR=value words (it runs under env). Medians of RUNS rounds. A command that
-# fails (any exit but 0, or tcpdoctor's 4: partial input) ends the script,
-# since its time would not be the work's.
+# Each command runs once unmeasured, then under the benches' timer
+# (examples/timed.rs: wait4's rusage; TIMER=/path/timed, else built), in every
+# round; its output is discarded. A CMD may start with VAR=value words (it
+# runs under env). Medians of RUNS rounds. A command that fails (any exit but
+# 0, or tcpdoctor's 4: partial input) ends the script, since its time would
+# not be the work's.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+. "$HERE/lib.sh"
+need_timer
 RUNS=${1:?usage: $0 RUNS LABEL=CMD…}
 shift
 [ "$#" -ge 1 ] || { echo "usage: $0 RUNS LABEL=CMD…" >&2; exit 2; }
@@ -29,7 +33,7 @@ for _ in $(seq "$RUNS"); do
         timeout 600 env $cmd > /dev/null 2>&1 < /dev/null || true
         rc=0
         # shellcheck disable=SC2086
-        timeout 600 python3 "$HERE/timed.py" "$TMP/t" env $cmd > /dev/null 2> "$TMP/err" < /dev/null || rc=$?
+        timeout 600 "$TIMER" "$TMP/t" env $cmd > /dev/null 2> "$TMP/err" < /dev/null || rc=$?
         if [ "$rc" != 0 ] && [ "$rc" != 4 ]; then
             echo "interleave.sh: '${spec%%=*}' exited $rc: $(head -c 300 "$TMP/err")" >&2
             exit 1

@@ -51,13 +51,29 @@ timed_run() {
         END {print rps, n, cpu}'
 }
 
-# timed DIR NAME CMD…: one run of CMD under bench/timed.py, its "wall_s cpu_s peak_kb user_s"
-# appended to DIR/NAME and printed. Exit 4 (tcpdoctor's "partial": a packet cut at
-# the end) is still a valid timing; any other failure ends the script.
+# need_timer: sets TIMER to the benches' timer, examples/timed.rs (wait4's
+# rusage: "wall_s cpu_s peak_kb user_s"), building it on first use into
+# CARGO_TARGET_DIR (default /tmp/bench-target); TIMER=/path/timed uses that one.
+need_timer() {
+    [ -n "${TIMER:-}" ] && return
+    local root target
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    target=${CARGO_TARGET_DIR:-/tmp/bench-target}
+    if ! (cd "$root" && CARGO_TARGET_DIR=$target timeout 900 cargo build --release --quiet --example timed) >&2; then
+        echo "cannot build the timer: (cd $root && cargo build --release --example timed)" >&2
+        exit 1
+    fi
+    TIMER=$target/release/examples/timed
+}
+
+# timed DIR NAME CMD…: one run of CMD under the timer (need_timer), its "wall_s cpu_s
+# peak_kb user_s" appended to DIR/NAME and printed. Exit 4 (tcpdoctor's "partial": a
+# packet cut at the end) is still a valid timing; any other failure ends the script.
 timed() {
     local dir=$1 name=$2 rc=0
     shift 2
-    timeout 600 python3 "$(dirname "${BASH_SOURCE[0]}")/timed.py" "$dir/time" "$@" > /dev/null 2> "$dir/stderr" || rc=$?
+    need_timer
+    timeout 600 "$TIMER" "$dir/time" "$@" > /dev/null 2> "$dir/stderr" || rc=$?
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 4 ]; then
         echo "command failed (exit $rc): $*" >&2; cat "$dir/stderr" >&2; exit 1
     fi
