@@ -366,6 +366,23 @@ mod tests {
         assert!(!schedule.lock().failed);
     }
 
+    /// Two shards through a file of 24 windows leave at most the last
+    /// [`RELEASE_EVERY`] bytes of it mapped, and a window or two more: the
+    /// rest was dropped from the mapping as they went.
+    #[test]
+    fn the_shards_drop_the_windows_behind_them() {
+        use crate::capture::test_files::{resident_kb, zero_frames};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.pcap");
+        zero_frames(&path, 24 * WINDOW as usize);
+        let cap = Capture::open(&path).unwrap();
+        let windows = Windows::new(&cap, WINDOW).unwrap();
+        let split = run(&windows, None, &Options::default(), 2).expect("the shards' report");
+        assert!(split.reading.n > 30_000);
+        let kb = resident_kb(&path);
+        assert!(kb <= (RELEASE_EVERY + 2 * WINDOW) / 1024, "{kb} KB of the file still mapped");
+    }
+
     /// A file cut inside its last record is analysed by the shards to the
     /// damage, as one thread analyses it (not given back to one thread).
     #[test]

@@ -12,6 +12,8 @@ mod pcapng;
 mod readers;
 mod sigbus;
 mod source;
+#[cfg(test)]
+pub(crate) mod test_files;
 mod walk;
 pub(crate) mod windows;
 

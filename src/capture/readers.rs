@@ -87,23 +87,8 @@ impl Readers {
 
 #[cfg(test)]
 mod tests {
+    use crate::capture::test_files::{resident_kb, zero_frames};
     use crate::capture::{Capture, WINDOW};
-    use std::io::Write;
-
-    /// Resident KB of this process's mapping of `path` (/proc/self/smaps).
-    fn resident_kb(path: &std::path::Path) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let name = path.to_str().unwrap();
-        let mut mine = false;
-        for line in smaps.lines() {
-            if line.contains('-') && line.split_whitespace().count() >= 5 {
-                mine = line.ends_with(name);
-            } else if mine && let Some(kb) = line.strip_prefix("Rss:") {
-                return kb.trim().trim_end_matches("kB").trim().parse().unwrap();
-            }
-        }
-        panic!("{name} is not mapped");
-    }
 
     /// Two readers of one mapped file: the one ahead drops no page the other
     /// has yet to read, waits (boundedly) once it leads by more than two
@@ -112,20 +97,7 @@ mod tests {
     fn pages_are_dropped_behind_the_last_reader_only() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big.pcap");
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-        f.write_all(&0xa1b2_c3d4_u32.to_le_bytes()).unwrap();
-        f.write_all(&[2, 0, 4, 0]).unwrap();
-        for v in [0u32, 0, 65535, 1] {
-            f.write_all(&v.to_le_bytes()).unwrap();
-        }
-        let frame = vec![0u8; 1500];
-        for i in 0..(4 * WINDOW / 1516) as u32 {
-            for v in [i, 0, 1500, 1500] {
-                f.write_all(&v.to_le_bytes()).unwrap();
-            }
-            f.write_all(&frame).unwrap();
-        }
-        drop(f);
+        zero_frames(&path, 4 * WINDOW);
         let cap = Capture::open(&path).unwrap();
         let (mut ahead, mut behind) = (cap.packets().unwrap(), cap.packets().unwrap());
         assert!(behind.next().is_some());
