@@ -10,7 +10,8 @@
 #
 #   bench/analyze_split_ceiling.sh [BIG.pcap]      (default bench/out/big.pcap)
 #
-# Environment: TCPDOCTOR=/path/bin (else built), RUNS=7.
+# Environment: TCPDOCTOR=/path/bin (else built), TIMER=/path/timed (else
+# built: examples/timed.rs), RUNS=7.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)

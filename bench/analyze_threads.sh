@@ -9,6 +9,7 @@
 # Environment:
 #   TCPDOCTOR=/path/bin   use this binary instead of building one
 #   FLOOR=/path/floor     use this floor program instead of building it (examples/floor.rs)
+#   TIMER=/path/timed     use this timer instead of building it (examples/timed.rs)
 #   RUNS=3                runs of each (medians are reported)
 #   PAGE_CACHE=as-is      how the capture sits in the page cache (see below):
 #                         as-is (warmed by reading it), small (a copy written

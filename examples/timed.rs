@@ -14,6 +14,16 @@
 use std::io::Write;
 use std::time::Instant;
 
+/// Writes `bytes` to `path` whole or not at all: a new file beside it, renamed
+/// over it (a reader never sees half a line).
+fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let mut f = tempfile::NamedTempFile::new_in(dir)?;
+    f.write_all(bytes)?;
+    f.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let [out, cmd, rest @ ..] = args.as_slice() else {
@@ -43,7 +53,7 @@ fn main() {
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     let (user, sys) = (secs(ru.ru_utime), secs(ru.ru_stime));
     let line = format!("{wall:.4} {:.4} {} {user:.4}\n", user + sys, ru.ru_maxrss);
-    if let Err(e) = std::fs::File::create(out).and_then(|mut f| f.write_all(line.as_bytes())) {
+    if let Err(e) = write_whole(std::path::Path::new(out), line.as_bytes()) {
         eprintln!("timed: cannot write {}: {e}", out.to_string_lossy());
         std::process::exit(1);
     }

@@ -4,9 +4,11 @@
 use std::io::Write;
 
 /// Writes a little-endian µs pcap of Ethernet frames of 1,500 zero bytes (no
-/// connection in them) of at least `bytes` bytes to `path`.
+/// connection in them) of at least `bytes` bytes to `path`, a new file (in the
+/// test's own temporary directory).
 pub(crate) fn zero_frames(path: &std::path::Path, bytes: usize) {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).unwrap();
+    let mut f = std::io::BufWriter::new(file);
     f.write_all(&0xa1b2_c3d4_u32.to_le_bytes()).unwrap();
     f.write_all(&[2, 0, 4, 0]).unwrap();
     for v in [0u32, 0, 65535, 1] {
@@ -19,6 +21,7 @@ pub(crate) fn zero_frames(path: &std::path::Path, bytes: usize) {
         }
         f.write_all(&frame).unwrap();
     }
+    f.flush().unwrap();
 }
 
 /// Resident KB of this process's mapping of `path` (/proc/self/smaps).
