@@ -60,13 +60,16 @@ pub(crate) struct Window {
 /// separate list of offsets, read at each record, waited on the other core's
 /// lines).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C)]
+#[repr(C, align(8))]
 pub(crate) struct Rec {
     /// Its index in the window.
     pub(crate) index: u32,
     /// Its offset from the window's base.
     at: u32,
 }
+
+// `push_streamed` writes a Rec as one aligned 8-byte word.
+const _: () = assert!(size_of::<Rec>() == 8 && align_of::<Rec>() == 8);
 
 /// A window's lists, kept to be filled again.
 #[derive(Default)]
@@ -252,16 +255,22 @@ impl<'c> Windows<'c> {
 /// Appends `r` to `list` past the cache. The list's lines were last read by
 /// the shard that analysed its window, often on the other core: a plain
 /// store first takes each line back from that core's cache, which cost the
-/// sort a quarter to a third of its time (bench/RESULTS.md). The shard that reads the
-/// list next reads it from memory, in order.
+/// sort a quarter to a third of its time (bench/RESULTS.md). The shard that
+/// reads the list next reads it from memory, in order. [`streamed`] must
+/// follow before anything reads the list.
 #[inline(always)]
 fn push_streamed(list: &mut Vec<Rec>, r: Rec) {
     #[cfg(target_arch = "x86_64")]
     {
-        list.reserve(1);
+        if list.len() == list.capacity() {
+            // Growing moves the entries streamed so far: a read of them.
+            streamed();
+            list.reserve(1);
+        }
         let bits = (u64::from(r.at) << 32 | u64::from(r.index)) as i64;
         // SAFETY: there is room for one more Rec (reserved above), which is
-        // `repr(C)`: `index` in the low four bytes, then `at`.
+        // `repr(C, align(8))`: 8 bytes, `index` in the low four, then `at`,
+        // and the list's entries are 8-aligned as `movnti` wants them.
         unsafe {
             std::arch::x86_64::_mm_stream_si64(list.as_mut_ptr().add(list.len()).cast(), bits);
             list.set_len(list.len() + 1);
@@ -271,7 +280,9 @@ fn push_streamed(list: &mut Vec<Rec>, r: Rec) {
     list.push(r);
 }
 
-/// Orders the streamed stores before the stores that hand the lists on.
+/// Orders the streamed stores before any later access to what they wrote
+/// (Rust's rule for them, from this thread too) and before the stores that
+/// hand the lists on.
 #[inline(always)]
 fn streamed() {
     #[cfg(target_arch = "x86_64")]
