@@ -8,6 +8,7 @@
 //!
 //! cargo run --release --example chain -- bench/out/big.pcap
 
+use std::io::Write;
 use std::time::Instant;
 
 const WINDOW: usize = 2 << 20;
@@ -21,17 +22,23 @@ fn main() {
         eprintln!("usage: chain FILE.pcap (a little-endian pcap file, page-cached)");
         std::process::exit(2);
     };
-    let file = std::fs::File::open(&path).expect("open");
+    let fail = |what: &str, e: std::io::Error| -> ! {
+        eprintln!("chain: cannot {what} {path}: {e}");
+        std::process::exit(1);
+    };
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| fail("open", e));
     let map = || {
         // SAFETY: read-only map of a file nobody truncates during the run.
-        unsafe { memmap2::Mmap::map(&file) }.expect("map")
+        unsafe { memmap2::Mmap::map(&file) }.unwrap_or_else(|e| fail("map", e))
     };
     for round in 1..=3 {
         let m = map();
         let t = Instant::now();
         for from in (0..m.len()).step_by(WINDOW) {
             let len = WINDOW.min(m.len() - from);
-            m.advise_range(memmap2::Advice::PopulateRead, from, len).expect("populate");
+            if let Err(e) = m.advise_range(memmap2::Advice::PopulateRead, from, len) {
+                fail("populate (MADV_POPULATE_READ, Linux 5.14) the mapping of", e);
+            }
         }
         let populate = ms(t);
 
@@ -63,11 +70,16 @@ fn main() {
         }
         let faults = ms(t);
         std::hint::black_box(sum);
-        println!(
+        // A closed standard output (`| head`) ends the run quietly.
+        let written = writeln!(
+            std::io::stdout(),
             "round {round}: populate in 2 MiB windows {populate:.1} ms; every line {lines:.1} ms ({:.1} GB/s); \
              record chain {chain:.1} ms ({records} records, {:.1} ns each); unmap {unmap:.1} ms; map by faults {faults:.1} ms",
             m.len() as f64 / lines / 1e6,
             chain * 1e6 / records.max(1) as f64,
         );
+        if written.is_err() {
+            return;
+        }
     }
 }
