@@ -255,9 +255,9 @@ impl<'c> Windows<'c> {
 /// Appends `r` to `list` past the cache. The list's lines were last read by
 /// the shard that analysed its window, often on the other core: a plain
 /// store first takes each line back from that core's cache, which cost the
-/// sort a quarter to a third of its time (bench/RESULTS.md). The shard that
-/// reads the list next reads it from memory, in order. [`streamed`] must
-/// follow before anything reads the list.
+/// sort up to a third of its time in the VM's slower regime (bench/RESULTS.md).
+/// The shard that reads the list next reads it from memory, in order.
+/// [`streamed`] must follow before anything reads the list.
 #[inline(always)]
 fn push_streamed(list: &mut Vec<Rec>, r: Rec) {
     #[cfg(target_arch = "x86_64")]
