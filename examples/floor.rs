@@ -1,8 +1,8 @@
 //! The speed floor on a machine: the leanest loop that still does what every
 //! analysis must (map the file, walk pcap records, decode Ethernet/IPv4/TCP,
 //! look the connection up, keep per-direction sequence/ACK state), with no
-//! detectors, exchanges or histograms. bench/RESULTS.md compares `analyze`
-//! against it.
+//! detectors, exchanges or histograms; it asks for the file ahead as
+//! analyze does. bench/RESULTS.md compares `analyze` against it.
 //!
 //! cargo run --release --example floor -- bench/out/big.pcap
 
@@ -31,6 +31,16 @@ fn main() {
     let mut conns: Vec<[Dir; 2]> = Vec::new();
     let u32le = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
     while at + 16 <= b.len() {
+        // The lines 1 KiB ahead asked for, as analyze's walks do (a hint; on
+        // Zen 3 it took this loop 0.175 -> 0.146 s on big.pcap).
+        #[cfg(target_arch = "x86_64")]
+        for line in [0, 64, 128] {
+            // SAFETY: a prefetch hint reads nothing and cannot fault.
+            unsafe {
+                use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+                _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(at + 1024 + line).cast());
+            }
+        }
         let ts = i64::from(u32le(at)) * 1_000_000_000 + i64::from(u32le(at + 4)) * 1000;
         let cap = u32le(at + 8) as usize;
         let Some(d) = b.get(at + 16..at + 16 + cap) else { break };

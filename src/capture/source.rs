@@ -270,6 +270,7 @@ impl<'a> Slice<'a> {
     #[inline(always)]
     fn check_mapped(&mut self, end: usize) -> Result<(), String> {
         let Some(m) = self.map else { return Ok(()) };
+        crate::prefetch::ahead(self.bytes, end);
         let next_page = (end.saturating_sub(1) | 4095) + 1;
         if next_page < self.bytes.len() {
             // The page after that one is asked for ahead (a hint, which cannot

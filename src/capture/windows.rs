@@ -150,6 +150,7 @@ impl<'c> Windows<'c> {
                 w.bad = true;
                 break;
             };
+            crate::prefetch::ahead(buf, range.end);
             // Clamped: every record must be in a list, where `packet` finds it.
             let to = sort(&buf[range.clone()]).min(of.saturating_sub(1));
             if let Some(list) = w.sorts.get_mut(to) {
