@@ -27,8 +27,8 @@ pub(crate) fn first<X>(x: &X, bytes: usize) {
 /// file: a few records, which the walk reaches after DRAM's latency. The
 /// hardware's own prefetcher stops at each 4 KiB page and, on some CPUs
 /// (Zen 3), trails a record walk that reads 2-3 lines a record: asking
-/// ahead took one thread 0.61 -> 0.45 s and the sort of two 25 % less on
-/// such a machine (bench/RESULTS.md, sixteenth session).
+/// ahead took one thread 0.58 -> 0.48 s and two 0.32 -> 0.28 s on such a
+/// machine (plain builds; bench/RESULTS.md, sixteenth session).
 pub(crate) const AHEAD: usize = 1024;
 
 /// Asks for the three lines [`AHEAD`] of `end` in `bytes` (a record is
