@@ -3,8 +3,8 @@
 //! do, or by faults, as one thread's walk does), one core reading every
 //! cache line of it, and one core following the chain of record headers
 //! (each record's offset comes from the one before it), reading one word of
-//! each frame, without and with asking for the lines 1 KiB ahead. bench/RESULTS.md holds these against the sort of
-//! `analyze --threads 2`.
+//! each frame, without and with asking for the lines 1 KiB ahead.
+//! bench/RESULTS.md holds these against the sort of `analyze --threads 2`.
 //!
 //! cargo run --release --example chain -- bench/out/big.pcap
 

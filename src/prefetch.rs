@@ -1,6 +1,6 @@
 //! A hint to the CPU to bring memory into the cache before it is read: the
-//! mapped walks ask for the bytes ahead of the record they read, the
-//! connection table for a connection's first lines. Only a hint: it reads
+//! walks over a capture's bytes ask for those ahead of the record they read,
+//! the connection table for a connection's first lines. Only a hint: it reads
 //! nothing and never faults.
 
 /// Asks for the cache line at `p`, whatever `p` is (even past a mapping).
@@ -23,8 +23,8 @@ pub(crate) fn first<X>(x: &X, bytes: usize) {
     }
 }
 
-/// How far ahead of a record's end a walk over mapped bytes asks for the
-/// file: a few records, which the walk reaches after DRAM's latency. The
+/// How far ahead of a record's end a walk over a capture's bytes asks for
+/// them: a few records, which the walk reaches after DRAM's latency. The
 /// hardware's own prefetcher stops at each 4 KiB page and, on some CPUs
 /// (Zen 3), trails a record walk that reads 2-3 lines a record: asking
 /// ahead took one thread 0.58 -> 0.48 s and two 0.32 -> 0.28 s on such a
