@@ -213,8 +213,10 @@ fn switched_live_and_restored(url: &str, port: u16) {
     // The spanning run: stalled, then not, then stalled again. Not second 6:
     // nginx's connections inherited TCP_NODELAY on when they replaced one that
     // reached keepalive_requests, and keep it until they reach it in turn.
+    // During: a tenth of the stall at most (Python's server answers in 1.5 ms
+    // under this load on a slow Zen 3 VM, in under 1 ms on faster ones).
     let (before, during, after) = (p50_at(&b, 0), p50_at(&b, 4), p50_at(&b, 7));
-    assert!(before > 30.0 && during < 1.0 && after > 30.0, "p50 {before} → {during} → {after} ms");
+    assert!(before > 30.0 && during < before / 10.0 && after > 30.0, "p50 {before} → {during} → {after} ms");
     assert!(!listening_nodelay(port));
     assert!(p50(&bench_now(url, 2, "1s")) > 30.0, "the stall is back for new connections");
 }
@@ -440,10 +442,11 @@ fn diagnose_try_nodelay_proves_the_fix_live_and_restores() {
     let (sb, sa) = (t["before"]["stalls"].as_u64().unwrap(), t["after"]["stalls"].as_u64().unwrap());
     // Per request: nearly every request stalled before; after, only while the
     // lab server (which sets TCP_NODELAY off again on each connection) waits
-    // for the experiment to switch it back: a few hundred ms on a loaded machine.
+    // for the experiment to switch it back: a few hundred ms on a loaded machine,
+    // longer on a slow one (1.2 % of requests on a Zen 3 VM): a twentieth at most.
     let per_request = |side: &str, stalls: u64| stalls as f64 / t[side]["requests"].as_u64().unwrap().max(1) as f64;
     let (rb, ra) = (per_request("before", sb), per_request("after", sa));
-    assert!(sb > 100 && rb > 0.5 && ra < 0.01, "stalls captured {sb} → {sa}, per request {rb:.3} → {ra:.4}");
+    assert!(sb > 100 && rb > 0.5 && ra * 20.0 < rb, "stalls captured {sb} → {sa}, per request {rb:.3} → {ra:.4}");
     assert_eq!((&t["restored"], &t["kept"], &t["after"]["errors"]), (&true.into(), &false.into(), &0.into()));
     let proof = t["proof"].as_str().unwrap();
     let want = format!("with TCP_NODELAY set live on pid {lab_pid} (tcpdoctor), the median under load fell from ");
@@ -807,7 +810,7 @@ fn diagnose_try_nodelay_over_https() {
     // Per request, as above (the server resets the option on each connection).
     let per_request = |side: &str, stalls: u64| stalls as f64 / t[side]["requests"].as_u64().unwrap().max(1) as f64;
     let (rb, ra) = (per_request("before", sb), per_request("after", sa));
-    assert!(sb > 50 && rb > 0.5 && ra < 0.01, "stalls captured {sb} → {sa}, per request {rb:.3} → {ra:.4}");
+    assert!(sb > 50 && rb > 0.5 && ra * 20.0 < rb, "stalls captured {sb} → {sa}, per request {rb:.3} → {ra:.4}");
     assert_eq!((&t["restored"], &t["after"]["errors"]), (&true.into(), &0.into()), "{t:#}");
     assert!(t["proof"].as_str().unwrap().ends_with(" µs; restored"), "{t:#}");
     assert!(!listening_nodelay(port_of(url)));
