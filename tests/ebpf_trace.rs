@@ -170,6 +170,38 @@ fn python_server_with_nagle_both_methods_agree_and_the_kernel_holds_40_ms() {
     assert_eq!(errors(&b.finish()), 0);
 }
 
+/// Programs made ready before the inspection (as diagnose makes them while
+/// its load settles, so that a slow host's setup does not push the trace past
+/// the load) are the ones the trace uses: the slot is emptied, and the trace,
+/// with eBPF, finds the Nagle hold as one that loads its own programs does.
+#[test]
+fn programs_made_ready_ahead_are_the_ones_the_trace_uses() {
+    if !common::require_root() || !common::require("python3") {
+        return;
+    }
+    let _g = serial();
+    let (srv, port) = wwr_server("wwr", false, 30.0);
+    let slot = tcpdoctor::inspect::TraceReady::default();
+    slot.fill();
+    assert!(slot.is_filled());
+    let b = Bench::start(port, 3.0);
+    let o = tcpdoctor::inspect::Options {
+        window: Duration::from_secs(1),
+        port: Some(port),
+        trace: Some(Duration::from_secs(1)),
+        trace_method: tcpdoctor::inspect::TraceMethod::Ebpf,
+        trace_ready: Some(slot.clone()),
+        ..Default::default()
+    };
+    let r = tcpdoctor::inspect::inspect(srv.0.id(), &o).expect("the inspection");
+    assert!(!slot.is_filled(), "the trace loaded programs of its own");
+    let t = r.trace.expect("a trace");
+    assert_eq!((t.method, t.fallback.as_deref()), ("ebpf", None));
+    assert!(t.found && t.write_write_read > 0, "{t:#?}");
+    assert!(t.kernel_hold.is_some(), "{t:#?}");
+    assert_eq!(errors(&b.finish()), 0);
+}
+
 #[test]
 fn python_server_with_tcp_nodelay_both_methods_agree_and_nothing_is_held() {
     if !common::require_root() || !common::require("python3") {

@@ -192,25 +192,32 @@ const TRACE: Duration = Duration::from_millis(500);
 /// Starts inspecting the process listening on `port`, beside the load.
 pub fn start_inspect(port: u16, trace_method: inspect::TraceMethod) -> Inspecting {
     Inspecting(std::thread::spawn(move || {
-        std::thread::sleep(SETTLE);
-        match inspect::find_listener(port)? {
-            None => Ok(None),
-            Some(pid) => {
-                // The write pattern too, traced for the inspection window (not
-                // our own process: the demo's lab servers run in it).
-                let trace = (pid != std::process::id()).then_some(TRACE);
-                let o = inspect::Options {
-                    window: TRACE,
-                    port: Some(port),
-                    trace,
-                    trace_optional: true,
-                    trace_method,
-                    trace_sample: inspect::TraceSample::Auto,
-                    announce: false,
-                };
-                inspect::inspect(pid, &o).map(Some)
-            }
-        }
+        let began = Instant::now();
+        // The listener is there before the load's connections are.
+        let Some(pid) = inspect::find_listener(port)? else { return Ok(None) };
+        // The write pattern too, traced for the inspection window (not our
+        // own process: the demo's lab servers run in it).
+        let trace = (pid != std::process::id()).then_some(TRACE);
+        // The eBPF programs are loaded and calibrated while the load settles:
+        // done after it, on a slow host, they took so long that the trace's
+        // window began after a short load had ended.
+        let ready = (trace.is_some() && trace_method != inspect::TraceMethod::Ptrace).then(|| {
+            let slot = inspect::TraceReady::default();
+            slot.fill();
+            slot
+        });
+        std::thread::sleep(SETTLE.saturating_sub(began.elapsed()));
+        let o = inspect::Options {
+            window: TRACE,
+            port: Some(port),
+            trace,
+            trace_optional: true,
+            trace_method,
+            trace_sample: inspect::TraceSample::Auto,
+            announce: false,
+            trace_ready: ready,
+        };
+        inspect::inspect(pid, &o).map(Some)
     }))
 }
 

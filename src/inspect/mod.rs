@@ -25,6 +25,7 @@ mod trace;
 
 pub use trace::MAX_DURATION as MAX_TRACE;
 pub use trace::Method as TraceMethod;
+pub use trace::ReadySlot as TraceReady;
 pub use trace::Sample as TraceSample;
 
 use crate::record::inspect::{Host, InspectReport, Process, Socket, Summary};
@@ -55,6 +56,9 @@ pub struct Options {
     /// Say on stderr when the trace's window begins (the command line's
     /// `inspect --trace`: a script can start its load then).
     pub announce: bool,
+    /// eBPF programs made ready ahead of the trace (diagnose fills it before
+    /// the inspection starts); `None`: the trace makes its own.
+    pub trace_ready: Option<TraceReady>,
 }
 
 impl Default for Options {
@@ -67,6 +71,7 @@ impl Default for Options {
             trace_method: TraceMethod::Auto,
             trace_sample: TraceSample::Auto,
             announce: false,
+            trace_ready: None,
         }
     }
 }
@@ -405,6 +410,7 @@ fn trace_process(
         method: opts.trace_method,
         sample: opts.trace_sample,
         announce: opts.announce,
+        ready: opts.trace_ready.clone(),
     };
     trace::run(req, crate::interrupt::flag()).map_err(|e| match e {
         trace::TraceError::Permission { pid } => InspectError::Permission {

@@ -96,6 +96,7 @@ pub fn run(a: Args) -> ExitCode {
             SampleArg::All => inspect::TraceSample::All,
         },
         announce: true,
+        trace_ready: None,
     };
     match inspect::inspect(pid, &o) {
         Ok(r) if a.json => {

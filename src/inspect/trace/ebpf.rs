@@ -150,12 +150,31 @@ until a write was held or a route with a queue appeared: {unseen} writes made me
     })
 }
 
-/// Traces `req.pids` with the programs in a fresh [`Session`](session::Session) until the
-/// window ends, `stop` is set or the process exits; Err when eBPF cannot be used.
-pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Extra), String> {
+/// Programs loaded, attached and calibrated, no process marked yet: what a
+/// trace's window waits for. Made ahead by [`ready`] (diagnose does it while
+/// its load settles, so that a slow host's setup does not push the window
+/// past the load), or by the trace itself.
+pub(crate) struct Ready {
+    s: session::Session,
+    calibration: Option<Calibration>,
+}
+
+/// Loads, attaches and calibrates the programs; Err says why eBPF cannot be used.
+pub(crate) fn ready() -> Result<Ready, String> {
     let base = least(&mut || read_loop(CAL_CALLS));
     let mut s = start()?;
     let calibration = calibrate(&mut s, base);
+    Ok(Ready { s, calibration })
+}
+
+/// Traces `req.pids` with the programs made ready ahead (`req.ready`) or in a
+/// fresh [`Session`](session::Session) until the window ends, `stop` is set or
+/// the process exits; Err when eBPF cannot be used.
+pub(super) fn record(req: &Request, stop: &AtomicBool) -> Result<(Recording, Extra), String> {
+    let Ready { mut s, calibration } = match req.ready.as_ref().and_then(super::ReadySlot::take) {
+        Some(r) => r?,
+        None => ready()?,
+    };
     let lost0 = s.lost();
     let mut notes = Vec::new();
     // The transmit program from the start, so that the first held writes are followed.

@@ -102,6 +102,38 @@ pub(crate) struct Request {
     pub sample: Sample,
     /// Say on stderr when the window begins.
     pub announce: bool,
+    /// eBPF programs made ready ahead, if any (else the trace makes its own).
+    pub ready: Option<ReadySlot>,
+}
+
+/// Where eBPF programs made ready ahead of a trace wait for it (the outcome of
+/// [`ebpf::ready`], error included): taken once, by the first trace that asks.
+#[derive(Clone, Default)]
+pub struct ReadySlot(std::sync::Arc<std::sync::Mutex<Option<Result<ebpf::Ready, String>>>>);
+
+impl ReadySlot {
+    /// Loads, attaches and calibrates the programs into the slot (a few
+    /// hundred ms); a trace with ptrace leaves them unused.
+    pub fn fill(&self) {
+        let r = ebpf::ready();
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    }
+
+    /// The programs made ready, if the slot holds them (they are then gone from it).
+    pub(crate) fn take(&self) -> Option<Result<ebpf::Ready, String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Whether the slot still holds something no trace took.
+    pub fn is_filled(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+}
+
+impl std::fmt::Debug for ReadySlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_filled() { "ReadySlot(filled)" } else { "ReadySlot(empty)" })
+    }
 }
 
 /// One line on stderr when the window begins (after loading, calibrating
