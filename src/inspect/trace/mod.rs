@@ -106,8 +106,9 @@ pub(crate) struct Request {
     pub ready: Option<ReadySlot>,
 }
 
-/// Where eBPF programs made ready ahead of a trace wait for it (the outcome of
-/// [`ebpf::ready`], error included): taken once, by the first trace that asks.
+/// Where eBPF programs made ready ahead of a trace wait for it (loaded,
+/// attached and calibrated, or why they could not be): taken once, by the
+/// first trace that asks.
 #[derive(Clone, Default)]
 pub struct ReadySlot(std::sync::Arc<std::sync::Mutex<Option<Result<ebpf::Ready, String>>>>);
 
