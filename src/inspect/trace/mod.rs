@@ -117,17 +117,21 @@ impl ReadySlot {
     /// hundred ms); a trace with ptrace leaves them unused.
     pub fn fill(&self) {
         let r = ebpf::ready();
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        *self.lock() = Some(r);
     }
 
     /// The programs made ready, if the slot holds them (they are then gone from it).
     pub(crate) fn take(&self) -> Option<Result<ebpf::Ready, String>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.lock().take()
     }
 
     /// Whether the slot still holds something no trace took.
     pub fn is_filled(&self) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.lock().is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Result<ebpf::Ready, String>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
