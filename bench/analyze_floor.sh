@@ -30,6 +30,10 @@ fi
 for b in "$TCPDOCTOR" "$FLOOR" ${BASE:+"$BASE"}; do
     [ -x "$b" ] || { echo "no binary at $b" >&2; exit 1; }
 done
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+check_fresh "$TCPDOCTOR" "$ROOT" src Cargo.toml Cargo.lock build.rs
+check_fresh "$FLOOR" "$ROOT" examples/floor.rs
 
 # wall SECONDS-VAR CMD...: runs CMD (stdout to /dev/null, bounded by timeout), stores its wall time.
 wall() {

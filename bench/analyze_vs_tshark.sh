@@ -38,6 +38,9 @@ if [ -z "${TCPDOCTOR:-}" ]; then
     TCPDOCTOR=$CARGO_TARGET_DIR/release/tcpdoctor
 fi
 [ -x "$TCPDOCTOR" ] || { echo "no binary at $TCPDOCTOR" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+check_fresh "$TCPDOCTOR" "$ROOT" src Cargo.toml Cargo.lock build.rs
 
 TMP=$(mktemp -d /tmp/tcpdoctor-bench.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -39,6 +39,11 @@ target=${target:-$host}
 # after this script must not write where another user could make the
 # directory again. Only the merged profile is kept.
 mkdir -p target/pgo
+# What the build reads, fingerprinted before it starts: the benches compare
+# it with the tree they measure (bench/lib.sh's check_fresh).
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+fingerprint=$(source_fingerprint . src Cargo.toml Cargo.lock build.rs)
 raw=$(mktemp -d "$PWD/target/pgo/raw.XXXXXX")
 trap 'rm -rf "$raw"' EXIT
 gen="target/pgo-gen/$target/release/tcpdoctor"
@@ -67,7 +72,10 @@ done < <(find tests/data -type f \( -name '*.pcap' -o -name '*.pcapng' \) | LC_A
 "$profdata" merge -o "target/pgo/$target.profdata" "$raw"
 echo "scripts/pgo.sh: profile of $runs runs in target/pgo/$target.profdata" >&2
 
-# 3. The optimised build.
+# 3. The optimised build (its stamp goes first: a new binary never pairs with an old one).
+stamp="target/$target/release/tcpdoctor.source"
+rm -f "$stamp"
 RUSTFLAGS="${flags}-Cprofile-use=$PWD/target/pgo/$target.profdata" \
   cargo build --release --locked --target "$target" --bin tcpdoctor
+[ -z "$fingerprint" ] || echo "$fingerprint" > "$stamp"
 echo "target/$target/release/tcpdoctor"
