@@ -32,7 +32,7 @@ for b in "$TCPDOCTOR" "$FLOOR" ${BASE:+"$BASE"}; do
 done
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
-check_fresh "$TCPDOCTOR" "$ROOT" src Cargo.toml Cargo.lock build.rs
+check_fresh "$TCPDOCTOR" "$ROOT"
 check_fresh "$FLOOR" "$ROOT" examples/floor.rs
 
 # wall SECONDS-VAR CMD...: runs CMD (stdout to /dev/null, bounded by timeout), stores its wall time.

@@ -31,7 +31,7 @@ if [ -z "${TCPDOCTOR:-}" ]; then
     TCPDOCTOR=$CARGO_TARGET_DIR/release/tcpdoctor
 fi
 for b in "$TCPDOCTOR" ${BEFORE:+"$BEFORE"}; do [ -x "$b" ] || { echo "no binary at $b" >&2; exit 1; }; done
-check_fresh "$TCPDOCTOR" "$HERE/.." src Cargo.toml Cargo.lock build.rs
+check_fresh "$TCPDOCTOR" "$HERE/.."
 
 TMP=$(mktemp -d /tmp/tcpdoctor-formats.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

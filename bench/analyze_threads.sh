@@ -51,7 +51,7 @@ if [ -z "${TCPDOCTOR:-}" ] || [ -z "${FLOOR:-}" ]; then
     FLOOR=${FLOOR:-$CARGO_TARGET_DIR/release/examples/floor}
 fi
 for b in "$TCPDOCTOR" "$FLOOR"; do [ -x "$b" ] || { echo "no binary at $b" >&2; exit 1; }; done
-check_fresh "$TCPDOCTOR" "$ROOT" src Cargo.toml Cargo.lock build.rs
+check_fresh "$TCPDOCTOR" "$ROOT"
 check_fresh "$FLOOR" "$ROOT" examples/floor.rs
 
 TMP=$(mktemp -d /tmp/tcpdoctor-threads.XXXXXX)

@@ -40,7 +40,7 @@ fi
 [ -x "$TCPDOCTOR" ] || { echo "no binary at $TCPDOCTOR" >&2; exit 1; }
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
-check_fresh "$TCPDOCTOR" "$ROOT" src Cargo.toml Cargo.lock build.rs
+check_fresh "$TCPDOCTOR" "$ROOT"
 
 TMP=$(mktemp -d /tmp/tcpdoctor-bench.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -137,19 +137,24 @@ need_capture() {
     [ -f "$1" ] || { echo "no capture $1 (make one with bench/make_big_capture.sh)" >&2; exit 1; }
 }
 
-# source_fingerprint ROOT PATH…: a short hash of the contents of the files
-# under PATH… in ROOT's git work tree (tracked or not, ignored ones left out);
-# nothing outside a git work tree.
+# What a tcpdoctor binary is built from: check_fresh's and
+# source_fingerprint's paths when none are given.
+TCPDOCTOR_SOURCES=(src Cargo.toml Cargo.lock build.rs)
+
+# source_fingerprint ROOT [PATH…]: a short hash of the contents of the files
+# under PATH… (default: TCPDOCTOR_SOURCES) in ROOT's git work tree (tracked
+# or not, ignored ones left out); nothing outside a git work tree.
 source_fingerprint() {
     local root=$1
     shift
+    [ "$#" -gt 0 ] || set -- "${TCPDOCTOR_SOURCES[@]}"
     git -C "$root" rev-parse --is-inside-work-tree > /dev/null 2>&1 || return 0
     (cd "$root" && git ls-files -co --exclude-standard -- "$@" | LC_ALL=C sort \
         | git hash-object --stdin-paths | sha256sum | cut -c1-16)
 }
 
-# check_fresh BINARY ROOT PATH…: exits with a hint when the sources under
-# PATH… in ROOT are not what BINARY was built from: a figure taken with a
+# check_fresh BINARY ROOT [PATH…]: exits with a hint when the sources under
+# PATH… (default: TCPDOCTOR_SOURCES) in ROOT are not what BINARY was built from: a figure taken with a
 # binary the tree has moved past is not the tree's (a stale experiment build
 # once stood in for the real one for a whole session's figures). A binary
 # with a BINARY.source stamp (scripts/pgo.sh writes one: the fingerprint of
@@ -159,6 +164,7 @@ source_fingerprint() {
 check_fresh() {
     local bin=$1 root=$2 why newer
     shift 2
+    [ "$#" -gt 0 ] || set -- "${TCPDOCTOR_SOURCES[@]}"
     if [ -s "$bin.source" ]; then
         [ "$(cat "$bin.source")" = "$(source_fingerprint "$root" "$@")" ] && return
         why="was built from other sources than $* in $root now hold"
@@ -177,7 +183,7 @@ check_fresh() {
 
 tcpdoctor_bin() {
     if [ -n "${TCPDOCTOR:-}" ]; then
-        check_fresh "$TCPDOCTOR" "$1" src Cargo.toml Cargo.lock build.rs
+        check_fresh "$TCPDOCTOR" "$1"
         echo "$TCPDOCTOR"
     else
         cargo build --release --quiet --manifest-path "$1/Cargo.toml" >&2

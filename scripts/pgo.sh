@@ -7,7 +7,9 @@
 #
 #   scripts/pgo.sh [--target TRIPLE]    (default: the host's)
 #
-# Prints the optimised binary's path last: target/TRIPLE/release/tcpdoctor.
+# Prints the optimised binary's path last: target/TRIPLE/release/tcpdoctor,
+# beside it tcpdoctor.source, the fingerprint of the sources it was built
+# from (the benches refuse the binary once the tree differs; bench/lib.sh).
 # The profile itself is kept in target/pgo/TRIPLE.profdata.
 #
 # Needs llvm-profdata of the same Rust toolchain: `rustup component add llvm-tools`.
@@ -43,7 +45,7 @@ mkdir -p target/pgo
 # it with the tree they measure (bench/lib.sh's check_fresh).
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
-fingerprint=$(source_fingerprint . src Cargo.toml Cargo.lock build.rs)
+fingerprint=$(source_fingerprint .)
 raw=$(mktemp -d "$PWD/target/pgo/raw.XXXXXX")
 trap 'rm -rf "$raw"' EXIT
 gen="target/pgo-gen/$target/release/tcpdoctor"
