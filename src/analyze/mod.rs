@@ -103,7 +103,7 @@ fn analyze_file(
 fn finish_file(cap: &Capture, w: Walked) -> Result<FileResult, InputError> {
     let err = |detail: String| InputError { file: cap.name.clone(), detail };
     let Walked { mut r, reading, tcp, filtered, end } = w;
-    let walk::Reading { n, first_ts, last_ts, clamped, unsupported, other, bad, first_bad } = reading;
+    let walk::Reading { n, first_ts, last_ts, clamped, unsupported, other, bad, first_bad, .. } = reading;
     let walk::Ending { format, damage, stopped, offset, skipped } = end;
     let other = other + filtered;
     // In endpoint order: ties between upstreams go the same way however the servers were met.

@@ -107,7 +107,7 @@ fn shard(packets: Packets<'_>, tag: Option<usize>, opts: &Options, part: Part<'_
         }
         if !mine && shard_of(p.link, p.data, of) != index {
             // Every shard clamps to the file's first time, owned or not.
-            reading.first_ts.get_or_insert(p.ts_ns);
+            reading.begin(p.ts_ns);
             continue;
         }
         let Some(ts) = reading.count(&p) else { continue };

@@ -285,7 +285,7 @@ impl Part<'_, '_> {
             && let Some(p) = self.windows.packet(w, 0, 1)
         {
             // Every shard clamps to the file's first time.
-            reading.first_ts.get_or_insert(p.ts_ns);
+            reading.begin(p.ts_ns);
         }
         let mine = w.sorted(self.index);
         // The next frame at which every shard reports its progress.
