@@ -18,7 +18,7 @@ pub(super) struct Reading {
     pub(super) n: u64,
     pub(super) first_ts: Option<i64>,
     /// The span times are clamped to, once `first_ts` is set (worked out
-    /// once: at every packet it cost 11 instructions of ~920).
+    /// once: at every packet it cost 11-12 instructions; bench/RESULTS.md).
     span: (i64, i64),
     pub(super) last_ts: i64,
     pub(super) clamped: u64,
