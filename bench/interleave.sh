@@ -2,7 +2,9 @@
 # Times several commands in turn, round after round, so that each round's
 # runs share the machine's state (load, page cache), and prints each one's
 # median wall, CPU and user CPU seconds and peak RSS: for before/after
-# comparisons of two builds.
+# comparisons of two builds. Then each command's time against the first's in
+# the same round: the median of those ratios and their range (on a noisy VM
+# the medians of whole runs move between batches, the ratios much less).
 #
 #   bench/interleave.sh RUNS LABEL='CMD ARGS…' [LABEL='CMD ARGS…' …]
 #
@@ -49,5 +51,22 @@ for spec in "$@"; do
     printf '%-12s wall %s s  CPU %s s  user %s s  peak RSS %s KB\n' "${spec%%=*}" \
         "$(cut -d' ' -f1 "$TMP/$i" | median)" "$(cut -d' ' -f2 "$TMP/$i" | median)" \
         "$(cut -d' ' -f4 "$TMP/$i" | median)" "$(cut -d' ' -f3 "$TMP/$i" | median)"
+    i=$((i + 1))
+done
+
+# Per-round ratios against the first command: wall and CPU (seconds / first's).
+[ "$#" -ge 2 ] || exit 0
+i=1
+for spec in "${@:2}"; do
+    paste -d' ' "$TMP/$i" "$TMP/0" | awk -v label="${spec%%=*}" -v first="${1%%=*}" '
+        { w[NR] = $1 / $5; c[NR] = $2 / $6 }
+        function med(a, n,   i, j, t) {
+            for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+            return a[int((n + 1) / 2)]
+        }
+        END {
+            n = NR; wm = med(w, n); lo = w[1]; hi = w[n]; cm = med(c, n)
+            printf "%-12s / %-12s wall x%.3f (rounds %.3f-%.3f)  CPU x%.3f\n", label, first, wm, lo, hi, cm
+        }'
     i=$((i + 1))
 done
