@@ -59,13 +59,15 @@ done
 i=1
 for spec in "${@:2}"; do
     paste -d' ' "$TMP/$i" "$TMP/0" | awk -v label="${spec%%=*}" -v first="${1%%=*}" '
-        { w[NR] = $1 / $5; c[NR] = $2 / $6 }
+        $5 <= 0 || $6 <= 0 { zero = 1; next }
+        { n++; w[n] = $1 / $5; c[n] = $2 / $6 }
         function med(a, n,   i, j, t) {
             for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
             return a[int((n + 1) / 2)]
         }
         END {
-            n = NR; wm = med(w, n); lo = w[1]; hi = w[n]; cm = med(c, n)
+            if (zero || n == 0) { printf "%-12s / %-12s no ratio: the first took 0 s in a round\n", label, first; exit }
+            wm = med(w, n); lo = w[1]; hi = w[n]; cm = med(c, n)
             printf "%-12s / %-12s wall x%.3f (rounds %.3f-%.3f)  CPU x%.3f\n", label, first, wm, lo, hi, cm
         }'
     i=$((i + 1))
