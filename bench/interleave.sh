@@ -56,19 +56,17 @@ done
 
 # Per-round ratios against the first command: wall and CPU (seconds / first's).
 [ "$#" -ge 2 ] || exit 0
+# ratio K: command i's column K (1 wall, 2 CPU) over the first's, a line a round.
+ratio() { paste -d' ' "$TMP/$i" "$TMP/0" | awk -v k="$1" '$(k + 4) > 0 { printf "%.6f\n", $k / $(k + 4); next } { print "zero" }'; }
 i=1
 for spec in "${@:2}"; do
-    paste -d' ' "$TMP/$i" "$TMP/0" | awk -v label="${spec%%=*}" -v first="${1%%=*}" '
-        $5 <= 0 || $6 <= 0 { zero = 1; next }
-        { n++; w[n] = $1 / $5; c[n] = $2 / $6 }
-        function med(a, n,   i, j, t) {
-            for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-            return a[int((n + 1) / 2)]
-        }
-        END {
-            if (zero || n == 0) { printf "%-12s / %-12s no ratio: the first took 0 s in a round\n", label, first; exit }
-            wm = med(w, n); lo = w[1]; hi = w[n]; cm = med(c, n)
-            printf "%-12s / %-12s wall x%.3f (rounds %.3f-%.3f)  CPU x%.3f\n", label, first, wm, lo, hi, cm
-        }'
+    label=${spec%%=*} first=${1%%=*}
+    if [[ "$(ratio 1; ratio 2)" == *zero* ]]; then
+        printf '%-12s / %-12s no ratio: the first took 0 s in a round\n' "$label" "$first"
+    else
+        w=$(ratio 1 | sort -n)
+        printf '%-12s / %-12s wall x%.3f (rounds %.3f-%.3f)  CPU x%.3f\n' "$label" "$first" \
+            "$(median <<< "$w")" "$(head -1 <<< "$w")" "$(tail -1 <<< "$w")" "$(ratio 2 | median)"
+    fi
     i=$((i + 1))
 done
