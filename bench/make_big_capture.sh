@@ -12,6 +12,8 @@
 #
 # CLOSE=1: wrk sends `Connection: close`, so every request opens a connection
 # of its own (a capture of many short connections, ~10 packets each).
+# CONNS=N: wrk keeps N connections open instead of 50 (one wrk thread when
+# N is 1), e.g. CONNS=1 for a capture whose one connection's state stays in L1.
 set -euo pipefail
 
 OUT=${1:?usage: $0 OUT.pcap [PACKETS]}
@@ -19,6 +21,11 @@ PACKETS=${2:-2000000}
 MAX_WRK_ROUNDS=${MAX_WRK_ROUNDS:-4}   # 30 s each; more rounds only if 30 s was not enough
 WRK_HEADER=()
 if [ "${CLOSE:-0}" = 1 ]; then WRK_HEADER=(-H "Connection: close"); fi
+CONNS=${CONNS:-50}
+case "$CONNS" in
+    '' | *[!0-9]* | 0) echo "make_big_capture.sh: CONNS must be a number of connections, 1 or more (not '$CONNS')" >&2; exit 2 ;;
+esac
+THREADS=$((CONNS < 2 ? 1 : 2))
 
 for t in nginx wrk tcpdump capinfos ss; do
     command -v "$t" >/dev/null || { echo "missing tool: $t" >&2; exit 1; }
@@ -65,8 +72,8 @@ sleep 1   # let tcpdump attach its filter before load starts
 round=0
 while kill -0 "$TCPDUMP_PID" 2>/dev/null && [ "$round" -lt "$MAX_WRK_ROUNDS" ]; do
     round=$((round + 1))
-    echo "wrk round $round: wrk -t2 -c50 -d30s ${WRK_HEADER[*]} http://127.0.0.1:$PORT/"
-    timeout 45 wrk -t2 -c50 -d30s "${WRK_HEADER[@]}" "http://127.0.0.1:$PORT/" > "$WORK/wrk.out" 2>&1 &
+    echo "wrk round $round: wrk -t$THREADS -c$CONNS -d30s ${WRK_HEADER[*]} http://127.0.0.1:$PORT/"
+    timeout 45 wrk -t"$THREADS" -c"$CONNS" -d30s "${WRK_HEADER[@]}" "http://127.0.0.1:$PORT/" > "$WORK/wrk.out" 2>&1 &
     WRK_PID=$!
     # Stop the load as soon as tcpdump has its packets.
     while kill -0 "$WRK_PID" 2>/dev/null; do
