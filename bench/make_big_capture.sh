@@ -23,8 +23,14 @@ WRK_HEADER=()
 if [ "${CLOSE:-0}" = 1 ]; then WRK_HEADER=(-H "Connection: close"); fi
 CONNS=${CONNS:-50}
 case "$CONNS" in
-    '' | *[!0-9]* | 0) echo "make_big_capture.sh: CONNS must be a number of connections, 1 or more (not '$CONNS')" >&2; exit 2 ;;
+    '' | *[!0-9]*) CONNS_OK=0 ;;
+    *) CONNS_OK=$((10#$CONNS >= 1)) ;;
 esac
+if [ "$CONNS_OK" != 1 ]; then
+    echo "make_big_capture.sh: CONNS must be a number of connections, 1 or more (not '$CONNS')" >&2
+    exit 2
+fi
+CONNS=$((10#$CONNS))
 THREADS=$((CONNS < 2 ? 1 : 2))
 
 for t in nginx wrk tcpdump capinfos ss; do
