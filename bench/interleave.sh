@@ -12,9 +12,10 @@
 # Each command runs once unmeasured, then under the benches' timer
 # (examples/timed.rs: wait4's rusage; TIMER=/path/timed, else built), in every
 # round, each round starting one command further on; its output is
-# discarded. A CMD may start with VAR=value words (it runs under env). Medians of RUNS rounds. A command that fails (any exit but
-# 0, or tcpdoctor's 4: partial input) ends the script, since its time would
-# not be the work's.
+# discarded. A CMD may start with VAR=value words (it runs under env).
+# Medians of RUNS rounds. A command that fails (any exit but 0, or
+# tcpdoctor's 4: partial input) ends the script, since its time would not be
+# the work's.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
