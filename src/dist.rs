@@ -24,7 +24,9 @@ const BUCKETS: usize = SUB + (32 - SUB_BITS as usize) * SUB;
 /// A mergeable distribution of durations.
 #[derive(Clone, Debug, Default)]
 pub struct Dist {
-    counts: Vec<u32>,
+    /// Allocated at the first value (most distributions stay empty); a fixed
+    /// size, so recording needs no bounds check.
+    counts: Option<Box<[u32; BUCKETS]>>,
     n: u64,
     max_us: u64,
 }
@@ -51,14 +53,23 @@ fn value(b: usize) -> f64 {
 }
 
 impl Dist {
+    /// The counts, allocated (zeroed) at first use.
+    #[inline(always)]
+    fn buckets(&mut self) -> &mut [u32; BUCKETS] {
+        self.counts.get_or_insert_with(|| Box::new([0; BUCKETS]))
+    }
+
+    /// The counts (empty when nothing was recorded).
+    fn counts(&self) -> &[u32] {
+        self.counts.as_deref().map_or(&[], |c| &c[..])
+    }
+
     /// Records a duration in ns (negative counts as 0).
     #[inline]
     pub fn record(&mut self, ns: i64) {
-        let us = (ns.max(0) / 1000) as u64;
-        if self.counts.is_empty() {
-            self.counts = vec![0; BUCKETS];
-        }
-        self.counts[bucket(us)] += 1;
+        // Unsigned: dividing by a constant takes fewer instructions.
+        let us = ns.max(0) as u64 / 1000;
+        self.buckets()[bucket(us)] += 1;
         self.n += 1;
         self.max_us = self.max_us.max(us);
     }
@@ -67,11 +78,8 @@ impl Dist {
         if n == 0 {
             return;
         }
-        let us = (ns.max(0) / 1000) as u64;
-        if self.counts.is_empty() {
-            self.counts = vec![0; BUCKETS];
-        }
-        self.counts[bucket(us)] += n;
+        let us = ns.max(0) as u64 / 1000;
+        self.buckets()[bucket(us)] += n;
         self.n += u64::from(n);
         self.max_us = self.max_us.max(us);
     }
@@ -80,10 +88,8 @@ impl Dist {
         if other.n == 0 {
             return;
         }
-        if self.counts.is_empty() {
-            self.counts = vec![0; BUCKETS];
-        }
-        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+        let counts = other.counts();
+        for (a, b) in self.buckets().iter_mut().zip(counts) {
             *a += b;
         }
         self.n += other.n;
@@ -107,7 +113,7 @@ impl Dist {
     }
     /// Buckets with values: (middle of the bucket in µs, count).
     fn filled(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
-        self.counts
+        self.counts()
             .iter()
             .enumerate()
             .filter(|(_, c)| **c > 0)
@@ -134,7 +140,7 @@ impl Dist {
     fn quantile_us(&self, q: f64) -> f64 {
         let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
         let mut seen = 0u64;
-        for (b, &c) in self.counts.iter().enumerate() {
+        for (b, &c) in self.counts().iter().enumerate() {
             seen += u64::from(c);
             if seen >= rank {
                 return value(b).min(self.max_us as f64);

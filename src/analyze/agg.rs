@@ -12,6 +12,66 @@ use crate::wire::Endpoint;
 use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 
+/// A sum of nanoseconds, exact: it takes 2⁶⁴ values to overflow 128 bits,
+/// and adding to it is cheaper than a saturating add to an `i64` (one add
+/// with carry, no overflow test). Read clamped to an `i64`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Sum(i128);
+
+impl Sum {
+    #[inline(always)]
+    pub(crate) fn add(&mut self, ns: i64) {
+        self.0 += i128::from(ns);
+    }
+
+    /// Adds another part's sum (shards, files).
+    pub(crate) fn merge(&mut self, o: Sum) {
+        self.0 = self.0.saturating_add(o.0);
+    }
+
+    /// The sum, clamped to an `i64`.
+    pub(crate) fn get(self) -> i64 {
+        self.0.clamp(i64::MIN.into(), i64::MAX.into()) as i64
+    }
+}
+
+/// A server's exchange times, summed.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Sums {
+    pub(crate) total: Sum,
+    pub(crate) network: Sum,
+    pub(crate) think: Sum,
+    pub(crate) client: Sum,
+    pub(crate) transfer: Sum,
+    pub(crate) stall: Sum,
+    pub(crate) loss: Sum,
+    /// Round trips per exchange, each times the exchange's RTT.
+    pub(crate) path: Sum,
+}
+
+impl Sums {
+    #[inline(always)]
+    fn add(&mut self, t: &Times, path: i64) {
+        let parts = [t.total, t.network, t.think, t.client, t.transfer, t.stall, t.loss, path];
+        for (sum, ns) in self.all().into_iter().zip(parts) {
+            sum.add(ns);
+        }
+    }
+
+    /// Adds another part's sums (shards, files).
+    pub(crate) fn merge(&mut self, o: &Sums) {
+        let mut o = *o;
+        for (sum, other) in self.all().into_iter().zip(o.all()) {
+            sum.merge(*other);
+        }
+    }
+
+    fn all(&mut self) -> [&mut Sum; 8] {
+        let Sums { total, network, think, client, transfer, stall, loss, path } = self;
+        [total, network, think, client, transfer, stall, loss, path]
+    }
+}
+
 /// Stalled-exchange ladders kept for the report.
 pub(crate) const STALLED_LADDERS: usize = 20;
 /// Stalled exchanges a connection offers: its worst few.
@@ -157,15 +217,8 @@ pub(crate) struct ServerAgg {
     pub(crate) exchanges: u64,
     pub(crate) total: Dist,
     pub(crate) think: Dist,
-    pub(crate) sum_total: i64,
-    pub(crate) sum_network: i64,
-    pub(crate) sum_think: i64,
-    pub(crate) sum_client: i64,
-    pub(crate) sum_transfer: i64,
-    pub(crate) sum_stall: i64,
-    pub(crate) sum_loss: i64,
-    /// Round trips per exchange, each times the exchange's RTT, summed.
-    pub(crate) sum_path: i64,
+    /// The exchanges' times, summed.
+    pub(crate) sums: Sums,
     pub(crate) rounds: u64,
     /// The exchanges' client ↔ server round trip (each connection's last
     /// estimate, once per exchange: recorded as the connection closes).
@@ -336,16 +389,9 @@ impl ServerAgg {
         self.exchanges += 1;
         self.total.record(t.total);
         self.think.record(t.think);
-        self.sum_total = self.sum_total.saturating_add(t.total);
-        self.sum_network = self.sum_network.saturating_add(t.network);
-        self.sum_think = self.sum_think.saturating_add(t.think);
-        self.sum_client = self.sum_client.saturating_add(t.client);
-        self.sum_transfer = self.sum_transfer.saturating_add(t.transfer);
-        self.sum_stall = self.sum_stall.saturating_add(t.stall);
-        self.sum_loss = self.sum_loss.saturating_add(t.loss);
         // Round trips cannot take longer than the exchange did.
         let path = t.network.saturating_mul(i64::from(x.rounds.max(1))).min(t.total);
-        self.sum_path = self.sum_path.saturating_add(path);
+        self.sums.add(t, path);
         self.rounds += u64::from(x.rounds.max(1));
         self.path_examples.push(at, &[x.first_frame, x.last_frame]);
         if t.think >= SLOW_THINK_NS {
@@ -414,6 +460,23 @@ mod tests {
             truncated: false,
             times: None,
         }
+    }
+
+    #[test]
+    fn sums_past_an_i64_read_as_its_largest_and_come_back_exactly() {
+        let mut s = Sum::default();
+        s.add(i64::MAX);
+        s.add(5);
+        assert_eq!(s.get(), i64::MAX);
+        let mut parts = s;
+        parts.merge(s);
+        // Exact underneath: what went past the top comes off again.
+        s.add(-i64::MAX);
+        assert_eq!(s.get(), 5);
+        parts.add(-i64::MAX);
+        assert_eq!(parts.get(), i64::MAX);
+        parts.add(-i64::MAX);
+        assert_eq!(parts.get(), 10);
     }
 
     #[test]

@@ -97,14 +97,7 @@ impl FileResult {
             a.exchanges += b.exchanges;
             a.total.merge(&b.total);
             a.think.merge(&b.think);
-            a.sum_total = a.sum_total.saturating_add(b.sum_total);
-            a.sum_network = a.sum_network.saturating_add(b.sum_network);
-            a.sum_think = a.sum_think.saturating_add(b.sum_think);
-            a.sum_client = a.sum_client.saturating_add(b.sum_client);
-            a.sum_transfer = a.sum_transfer.saturating_add(b.sum_transfer);
-            a.sum_stall = a.sum_stall.saturating_add(b.sum_stall);
-            a.sum_loss = a.sum_loss.saturating_add(b.sum_loss);
-            a.sum_path = a.sum_path.saturating_add(b.sum_path);
+            a.sums.merge(&b.sums);
             a.rounds += b.rounds;
             a.rtt.merge(&b.rtt);
             a.path_examples.merge(b.path_examples, 2, shard);

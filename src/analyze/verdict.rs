@@ -309,14 +309,14 @@ fn tcp_cause_on(m: &FileResult, server: Endpoint) -> bool {
         || m.retrans.keys().any(on_server)
         || m.syn.keys().any(on_server)
         || m.zero.keys().any(on_server)
-        || m.servers.get(&server).is_some_and(|s| s.sum_stall > 0 || s.sum_loss > 0)
+        || m.servers.get(&server).is_some_and(|s| s.sums.stall.get() > 0 || s.sums.loss.get() > 0)
 }
 
 /// Worth a finding when at least a tenth of the exchanges waited on the
 /// application and that wait is a twentieth or more of all exchange time: a
 /// few scheduling hiccups beside seconds of Nagle stalls are not a cause.
 fn app_worthy(s: &ServerAgg) -> bool {
-    s.slow > 0 && s.slow * 10 >= s.exchanges && s.slow_think_ns.saturating_mul(20) >= s.sum_total
+    s.slow > 0 && s.slow * 10 >= s.exchanges && s.slow_think_ns.saturating_mul(20) >= s.sums.total.get()
 }
 
 fn app_finding(server: Endpoint, s: &ServerAgg, tcp_cause: bool) -> Option<AppLatencyFinding> {
@@ -324,7 +324,7 @@ fn app_finding(server: Endpoint, s: &ServerAgg, tcp_cause: bool) -> Option<AppLa
         return None;
     }
     let think = s.think.spread();
-    let rtt = s.sum_network / s.exchanges.max(1) as i64;
+    let rtt = s.sums.network.get() / s.exchanges.max(1) as i64;
     // Never "not in TCP" when TCP also cost time here: that time is counted apart.
     let whose = if tcp_cause {
         "this is the server application's own time; the TCP causes on this server are listed apart and not counted in it"
@@ -356,15 +356,15 @@ fn breakdown_of(server: Endpoint, s: &ServerAgg, upstream_ns: i64) -> Breakdown 
         server_software: s.software.clone(),
         server_name: s.name(),
         exchanges: s.exchanges,
-        total_ms: ms(s.sum_total / n),
+        total_ms: ms(s.sums.total.get() / n),
         total_spread_ms: s.total.spread(),
-        network_ms: ms(s.sum_network / n),
-        think_ms: ms((s.sum_think - upstream_ns) / n),
+        network_ms: ms(s.sums.network.get() / n),
+        think_ms: ms((s.sums.think.get() - upstream_ns) / n),
         upstream_ms: ms(upstream_ns / n),
-        client_wait_ms: ms(s.sum_client / n),
-        transfer_ms: ms(s.sum_transfer / n),
-        stall_ms: ms(s.sum_stall / n),
-        loss_ms: ms(s.sum_loss / n),
+        client_wait_ms: ms(s.sums.client.get() / n),
+        transfer_ms: ms(s.sums.transfer.get() / n),
+        stall_ms: ms(s.sums.stall.get() / n),
+        loss_ms: ms(s.sums.loss.get() / n),
         latency_histogram: record::Histogram::from(&s.total),
     }
 }

@@ -11,11 +11,11 @@ const PATH_RTT_MIN_MS: f64 = 1.0;
 pub(super) fn network_finding(server: Endpoint, s: &ServerAgg) -> Option<NetworkLatencyFinding> {
     let rtt = s.rtt.spread();
     let total_p50 = s.total.quantile_ms(0.5);
-    let path = s.sum_path;
-    let share = path as f64 / s.sum_total.max(1) as f64;
+    let path = s.sums.path.get();
+    let share = path as f64 / s.sums.total.get().max(1) as f64;
     // Round trips take at least half of the exchanges' time, and no other part
     // (server, client, Nagle, loss) takes more of it than they do.
-    let others = [s.sum_think, s.sum_client, s.sum_stall, s.sum_loss];
+    let others = [s.sums.think.get(), s.sums.client.get(), s.sums.stall.get(), s.sums.loss.get()];
     if rtt.p50 < PATH_RTT_MIN_MS || share < 0.5 || others.iter().any(|&o| o > path) {
         return None;
     }

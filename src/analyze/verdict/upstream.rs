@@ -63,5 +63,5 @@ pub(super) fn upstream_ns(s: &ServerAgg, w: &UpstreamWait) -> i64 {
         return 0;
     }
     let scaled = w.nested_ns as f64 * s.slow as f64 / w.judged.max(1) as f64;
-    (scaled as i64).min(s.sum_think)
+    (scaled as i64).min(s.sums.think.get())
 }
