@@ -87,7 +87,8 @@ impl Charge {
 impl Exchanges {
     /// Feeds one event, the stall the Nagle detector found on it (if any),
     /// what the loss timer and IP IDs say of it, and the round trips from the
-    /// capture point to [client, server] (ns). `app`: a data segment carries
+    /// capture point to [client, server] (ns, as the tracker keeps them: read
+    /// only for a segment that continues a message, which few are). `app`: a data segment carries
     /// application bytes; one that does not (TLS handshake records) is no
     /// part of a request or response.
     #[inline(always)]
@@ -96,7 +97,7 @@ impl Exchanges {
         ev: &Event,
         stall: Option<&Stall>,
         release: Release,
-        rtt: [i64; 2],
+        rtt: &[Option<i64>; 2],
         app: bool,
     ) -> Option<&Exchange> {
         match ev.kind {
@@ -139,8 +140,9 @@ impl Exchanges {
 
     /// Where the gap between `last` and a segment at `t` that continues a message goes.
     #[inline]
-    fn charge(&self, ev: &Event, last: i64, held: i64, lost: bool, skips: bool, rtt: [i64; 2]) -> Charge {
+    fn charge(&self, ev: &Event, last: i64, held: i64, lost: bool, skips: bool, rtt: &[Option<i64>; 2]) -> Charge {
         let (t, ns) = (ev.ts_ns, ev.ts_ns - last);
+        let rtt = rtt.map(|r| r.unwrap_or(0));
         if held > 0 {
             Charge::Stall(held)
         } else if lost || (skips && ns >= LOSS_TIMER_MIN_NS) {
@@ -165,7 +167,7 @@ impl Exchanges {
         len: u32,
         stall: Option<&Stall>,
         release: Release,
-        rtt: [i64; 2],
+        rtt: &[Option<i64>; 2],
     ) -> Option<&Exchange> {
         let t = ev.ts_ns;
         let bytes = u64::from(len);
@@ -292,7 +294,7 @@ mod tests {
         let mut got: Vec<Exchange> = s
             .events
             .iter()
-            .filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true).copied())
+            .filter_map(|e| x.step(e, None, Release::default(), &[Some(20 * US), Some(20 * US)], true).copied())
             .collect();
         got.extend(x.finish());
         assert_eq!(got.len(), 2);
@@ -316,7 +318,7 @@ mod tests {
         let got: Vec<Exchange> = s
             .events
             .iter()
-            .filter_map(|e| x.step(e, None, Release::default(), [20 * US, 20 * US], true).copied())
+            .filter_map(|e| x.step(e, None, Release::default(), &[Some(20 * US), Some(20 * US)], true).copied())
             .collect();
         assert_eq!(got.len(), 1);
         let pause = got[0].resp_pause;
@@ -333,11 +335,11 @@ mod tests {
         let mut x = Exchanges::default();
         x.undoable();
         let (e, r) = (&s.events, Release::default());
-        assert!(x.step(&e[0], None, r, [0, 0], true).is_none());
-        assert!(x.step(&e[1], None, r, [0, 0], true).is_none());
+        assert!(x.step(&e[0], None, r, &[Some(0), Some(0)], true).is_none());
+        assert!(x.step(&e[1], None, r, &[Some(0), Some(0)], true).is_none());
         x.unstart_response();
         for ev in &e[2..] {
-            assert!(x.step(ev, None, r, [0, 0], true).is_none(), "one exchange, not two");
+            assert!(x.step(ev, None, r, &[Some(0), Some(0)], true).is_none(), "one exchange, not two");
         }
         let done = x.finish().expect("the exchange");
         assert_eq!((done.req_bytes, done.req_last, done.resp_first, done.resp_bytes), (130, 2 * MS, 3 * MS, 200));
@@ -349,7 +351,7 @@ mod tests {
         s.data(0, Server, 20);
         s.data(MS, Client, 10);
         let mut x = Exchanges::default();
-        assert!(s.events.iter().all(|e| x.step(e, None, Release::default(), [0, 0], true).is_none()));
+        assert!(s.events.iter().all(|e| x.step(e, None, Release::default(), &[Some(0), Some(0)], true).is_none()));
         assert!(x.finish().is_none());
     }
 }

@@ -268,8 +268,7 @@ impl Detectors {
                 out.observe(Observation::HeadUnread { frame: ev.frame, kept: payload.len() as u32 });
             }
         }
-        let rtt = [info.rtt_to(Side::Client), info.rtt_to(Side::Server)];
-        if let Some(x) = self.exchanges.step(ev, stall.as_ref(), release, rtt, app) {
+        if let Some(x) = self.exchanges.step(ev, stall.as_ref(), release, &info.rtt_to, app) {
             out.exchange(x);
         }
         if let Some(o) = self.handshake.step(ev) {

@@ -187,10 +187,12 @@ impl<T: Default> Tracker<T> {
 impl<T: Default> Tracker<T> {
     /// Feeds one segment (in capture order).
     pub fn segment<S: Sink<T>>(&mut self, seg: &Segment<'_>, sink: &mut S) {
-        self.since_sweep += 1;
-        if self.since_sweep >= SWEEP_EVERY && !self.manual_sweeps {
-            self.since_sweep = 0;
-            self.sweep(seg.ts_ns, sink);
+        if !self.manual_sweeps {
+            self.since_sweep += 1;
+            if self.since_sweep >= SWEEP_EVERY {
+                self.since_sweep = 0;
+                self.sweep(seg.ts_ns, sink);
+            }
         }
         let (k, src_lo) = key(&seg.src, &seg.dst);
         // One hash lookup on the common path: the connection exists and is not being reused.
@@ -353,14 +355,13 @@ fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool
         _ => 0,
     };
     let window = u64::from(seg.window) << scale;
-    let emit = |kind: EventKind, sink: &mut S, c_info: &ConnInfo, state: &mut T| {
-        let ev = Event { ts_ns: seg.ts_ns, frame: seg.frame, from, kind, ack, window };
-        sink.event(c_info, state, &ev, seg);
-    };
+    // One event, its kind set before each hand-over (a segment with payload
+    // and a FIN makes two).
+    let mut ev = Event { ts_ns: seg.ts_ns, frame: seg.frame, from, kind: EventKind::Rst, ack, window };
 
     if f.rst() {
         c.closed = true;
-        emit(EventKind::Rst, sink, &c.info, &mut c.state);
+        sink.event(&c.info, &mut c.state, &ev, seg);
         return;
     }
     if f.syn() {
@@ -377,22 +378,26 @@ fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool
             c.info.mss[side.idx()] = half.mss.map(|m| u32::from(m).saturating_sub(ts));
         }
         let retransmit = me.syn(seg.seq, seg.ts_ns, seg.frame);
-        emit(EventKind::Syn { retransmit }, sink, &c.info, &mut c.state);
+        ev.kind = EventKind::Syn { retransmit };
+        sink.event(&c.info, &mut c.state, &ev, seg);
         return;
     }
     let start = me.rel(seg.seq);
     if seg.len > 0 {
         let class = me.data(start, seg.len, seg.ts_ns, seg.frame);
-        emit(EventKind::Data { seq: start, len: seg.len, class }, sink, &c.info, &mut c.state);
+        ev.kind = EventKind::Data { seq: start, len: seg.len, class };
+        sink.event(&c.info, &mut c.state, &ev, seg);
     }
     if f.fin() {
         me.fin(start + i64::from(seg.len));
         if me.fin && peer.fin {
             c.closed = true;
         }
-        emit(EventKind::Fin, sink, &c.info, &mut c.state);
+        ev.kind = EventKind::Fin;
+        sink.event(&c.info, &mut c.state, &ev, seg);
     } else if seg.len == 0 {
-        emit(EventKind::Ack, sink, &c.info, &mut c.state);
+        ev.kind = EventKind::Ack;
+        sink.event(&c.info, &mut c.state, &ev, seg);
     }
 }
 

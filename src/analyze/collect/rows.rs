@@ -1,35 +1,25 @@
 //! The current exchange's first rows, kept compact while the exchange runs.
 //! Most exchanges end without a ladder, and their rows are dropped: a full
 //! 128-byte [`Row`] written for every packet only filled the cache with
-//! lines that were rarely read again. A row here is 48 bytes; TLS records,
-//! which few rows carry, sit apart.
+//! lines that were rarely read again. A row here is its event, copied
+//! whole; TLS records, which few rows carry, sit apart.
 
 use crate::detect::tls::TlsSegment;
 use crate::record::{Mark, Row, RowKind};
-use crate::tcp::{DataClass, Event, EventKind, Side};
+use crate::tcp::{DataClass, Event, EventKind};
 
-/// A row without its TLS records and with the acknowledgement in one word.
+/// A row as the event it came from, with its TCP flags and mark: the event
+/// is copied whole (a few wide moves), and turned into a [`Row`] only for
+/// the few exchanges whose ladder is kept.
 #[derive(Clone, Copy)]
 struct Slim {
-    frame: u64,
-    ts_ns: i64,
-    seq: i64,
-    /// [`NO_ACK`] when the segment had no ACK flag.
-    ack: i64,
-    window: u64,
-    len: u32,
-    from: Side,
-    kind: RowKind,
+    ev: Event,
     flags: u8,
     mark: Option<Mark>,
 }
 
 /// Rows a connection's first exchange makes room for: a short connection's.
 const FIRST_ROWS: usize = 16;
-
-/// No relative acknowledgement is this low (they start near 0 and move by
-/// at most 2³¹ from the highest sequence seen).
-const NO_ACK: i64 = i64::MIN;
 
 /// Rows of one exchange.
 #[derive(Default)]
@@ -92,32 +82,31 @@ impl Rows {
         if let Some(t) = tls {
             self.tls.push((self.slim.len() as u32, *t));
         }
-        let (kind, seq, len) = kind(ev);
-        if self.slim.capacity() == 0 {
-            // A short connection's rows at once: growing from 4 took three
-            // allocations and two copies for each connection.
-            self.slim.reserve_exact(FIRST_ROWS);
+        if self.slim.len() == self.slim.capacity() {
+            self.make_room();
         }
-        self.slim.push(Slim {
-            frame: ev.frame,
-            ts_ns: ev.ts_ns,
-            seq,
-            ack: ev.ack.unwrap_or(NO_ACK),
-            window: ev.window,
-            len,
-            from: ev.from,
-            kind,
-            flags,
-            mark,
-        });
+        // The push's own check for room is the one above (the compiler drops it).
+        self.slim.push(Slim { ev: *ev, flags, mark });
+    }
+
+    /// Room for one more row: a short connection's rows at once at first
+    /// (growing from 4 took three allocations and two copies for each
+    /// connection), then as a `Vec` grows.
+    #[cold]
+    fn make_room(&mut self) {
+        if self.slim.capacity() == 0 {
+            self.slim.reserve_exact(FIRST_ROWS);
+        } else {
+            self.slim.reserve(1);
+        }
     }
 
     /// Marks the small segment and the late ACK of a Nagle stall.
     pub(super) fn mark_stall(&mut self, small_frame: u64, ack_frame: u64) {
         for r in &mut self.slim {
-            if r.frame == small_frame {
+            if r.ev.frame == small_frame {
                 r.mark = Some(Mark::SmallUnacked);
-            } else if r.frame == ack_frame {
+            } else if r.ev.frame == ack_frame {
                 r.mark = Some(Mark::LateAck);
             }
         }
@@ -126,14 +115,14 @@ impl Rows {
     /// The client and server were swapped: every row's sender turns round.
     pub(super) fn turn(&mut self) {
         for r in &mut self.slim {
-            r.from = r.from.other();
+            r.ev.from = r.ev.from.other();
         }
     }
 
     /// Rows of frames `a..=b` now known to carry session tickets say so.
     pub(super) fn confirm_tickets(&mut self, a: u64, b: u64) {
         for (i, t) in &mut self.tls {
-            if (a..=b).contains(&self.slim[*i as usize].frame) {
+            if (a..=b).contains(&self.slim[*i as usize].ev.frame) {
                 t.confirm_tickets();
             }
         }
@@ -142,20 +131,7 @@ impl Rows {
     /// Writes the full rows into `out` (emptied first), for a ladder.
     pub(super) fn write(&self, out: &mut Vec<Row>) {
         out.clear();
-        out.extend(self.slim.iter().map(|s| Row {
-            frame: s.frame,
-            ts_ns: s.ts_ns,
-            t_ms: 0.0,
-            from: s.from,
-            kind: s.kind,
-            flags: s.flags,
-            seq: s.seq,
-            len: s.len,
-            ack: (s.ack != NO_ACK).then_some(s.ack),
-            window: s.window,
-            mark: s.mark,
-            tls: None,
-        }));
+        out.extend(self.slim.iter().map(|s| Row { mark: s.mark, ..row(&s.ev, s.flags) }));
         for (i, t) in &self.tls {
             out[*i as usize].tls = Some(*t);
         }
@@ -172,6 +148,7 @@ impl Rows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tcp::Side;
 
     fn ev(frame: u64, from: Side, kind: EventKind, ack: Option<i64>) -> Event {
         Event { ts_ns: frame as i64 * 1000, frame, from, kind, ack, window: 1 << 20 }
