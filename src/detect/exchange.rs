@@ -88,9 +88,9 @@ impl Exchanges {
     /// Feeds one event, the stall the Nagle detector found on it (if any),
     /// what the loss timer and IP IDs say of it, and the round trips from the
     /// capture point to [client, server] (ns, as the tracker keeps them: read
-    /// only for a segment that continues a message, which few are). `app`: a data segment carries
-    /// application bytes; one that does not (TLS handshake records) is no
-    /// part of a request or response.
+    /// only for a segment that continues a message, which few are). `app`: a
+    /// data segment carries application bytes; one that does not (TLS
+    /// handshake records) is no part of a request or response.
     #[inline(always)]
     pub fn step(
         &mut self,

@@ -1,8 +1,8 @@
-//! The current exchange's first rows, kept compact while the exchange runs.
-//! Most exchanges end without a ladder, and their rows are dropped: a full
-//! 128-byte [`Row`] written for every packet only filled the cache with
-//! lines that were rarely read again. A row here is its event, copied
-//! whole; TLS records, which few rows carry, sit apart.
+//! The current exchange's first rows, kept as their events while the
+//! exchange runs. Most exchanges end without a ladder, and their rows are
+//! dropped: a full 128-byte [`Row`] built for every packet cost work and
+//! cache lines for rows rarely read again. A row here is its event copied
+//! whole (no field mapped); TLS records, which few rows carry, sit apart.
 
 use crate::detect::tls::TlsSegment;
 use crate::record::{Mark, Row, RowKind};
@@ -85,7 +85,7 @@ impl Rows {
         if self.slim.len() == self.slim.capacity() {
             self.make_room();
         }
-        // The push's own check for room is the one above (the compiler drops it).
+        // Room was made above: the push's own check is dropped by the compiler.
         self.slim.push(Slim { ev: *ev, flags, mark });
     }
 
