@@ -355,8 +355,8 @@ fn step<T: Default, S: Sink<T>>(c: &mut Conn<T>, seg: &Segment<'_>, src_lo: bool
         _ => 0,
     };
     let window = u64::from(seg.window) << scale;
-    // One event, its kind set before each hand-over (a segment with payload
-    // and a FIN makes two).
+    // One event, built as a reset's; its kind is set before each other
+    // hand-over (a segment with payload and a FIN makes two).
     let mut ev = Event { ts_ns: seg.ts_ns, frame: seg.frame, from, kind: EventKind::Rst, ack, window };
 
     if f.rst() {

@@ -12,7 +12,7 @@ use crate::tcp::{DataClass, Event, EventKind};
 /// is copied whole (a few wide moves), and turned into a [`Row`] only for
 /// the few exchanges whose ladder is kept.
 #[derive(Clone, Copy)]
-struct Slim {
+struct Entry {
     ev: Event,
     flags: u8,
     mark: Option<Mark>,
@@ -24,8 +24,8 @@ const FIRST_ROWS: usize = 16;
 /// Rows of one exchange.
 #[derive(Default)]
 pub(super) struct Rows {
-    slim: Vec<Slim>,
-    /// (index in `slim`, records) of the rows that carry TLS records.
+    entries: Vec<Entry>,
+    /// (index in `entries`, records) of the rows that carry TLS records.
     tls: Vec<(u32, TlsSegment)>,
 }
 
@@ -73,20 +73,20 @@ impl Rows {
     /// Rows held.
     #[inline]
     pub(super) fn len(&self) -> usize {
-        self.slim.len()
+        self.entries.len()
     }
 
     /// Adds the row of `ev`.
     #[inline]
     pub(super) fn push(&mut self, ev: &Event, flags: u8, tls: Option<&TlsSegment>, mark: Option<Mark>) {
         if let Some(t) = tls {
-            self.tls.push((self.slim.len() as u32, *t));
+            self.tls.push((self.entries.len() as u32, *t));
         }
-        if self.slim.len() == self.slim.capacity() {
+        if self.entries.len() == self.entries.capacity() {
             self.make_room();
         }
         // Room was made above: the push's own check is dropped by the compiler.
-        self.slim.push(Slim { ev: *ev, flags, mark });
+        self.entries.push(Entry { ev: *ev, flags, mark });
     }
 
     /// Room for one more row: a short connection's rows at once at first
@@ -94,16 +94,16 @@ impl Rows {
     /// connection), then as a `Vec` grows.
     #[cold]
     fn make_room(&mut self) {
-        if self.slim.capacity() == 0 {
-            self.slim.reserve_exact(FIRST_ROWS);
+        if self.entries.capacity() == 0 {
+            self.entries.reserve_exact(FIRST_ROWS);
         } else {
-            self.slim.reserve(1);
+            self.entries.reserve(1);
         }
     }
 
     /// Marks the small segment and the late ACK of a Nagle stall.
     pub(super) fn mark_stall(&mut self, small_frame: u64, ack_frame: u64) {
-        for r in &mut self.slim {
+        for r in &mut self.entries {
             if r.ev.frame == small_frame {
                 r.mark = Some(Mark::SmallUnacked);
             } else if r.ev.frame == ack_frame {
@@ -114,7 +114,7 @@ impl Rows {
 
     /// The client and server were swapped: every row's sender turns round.
     pub(super) fn turn(&mut self) {
-        for r in &mut self.slim {
+        for r in &mut self.entries {
             r.ev.from = r.ev.from.other();
         }
     }
@@ -122,7 +122,7 @@ impl Rows {
     /// Rows of frames `a..=b` now known to carry session tickets say so.
     pub(super) fn confirm_tickets(&mut self, a: u64, b: u64) {
         for (i, t) in &mut self.tls {
-            if (a..=b).contains(&self.slim[*i as usize].ev.frame) {
+            if (a..=b).contains(&self.entries[*i as usize].ev.frame) {
                 t.confirm_tickets();
             }
         }
@@ -131,7 +131,7 @@ impl Rows {
     /// Writes the full rows into `out` (emptied first), for a ladder.
     pub(super) fn write(&self, out: &mut Vec<Row>) {
         out.clear();
-        out.extend(self.slim.iter().map(|s| Row { mark: s.mark, ..row(&s.ev, s.flags) }));
+        out.extend(self.entries.iter().map(|s| Row { mark: s.mark, ..row(&s.ev, s.flags) }));
         for (i, t) in &self.tls {
             out[*i as usize].tls = Some(*t);
         }
@@ -140,7 +140,7 @@ impl Rows {
     /// Forgets every row (the buffers stay).
     #[inline]
     pub(super) fn clear(&mut self) {
-        self.slim.clear();
+        self.entries.clear();
         self.tls.clear();
     }
 }
@@ -155,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn slim_rows_come_back_as_the_full_rows_with_marks_and_turns() {
+    fn rows_kept_as_events_come_back_as_the_full_rows_with_marks_and_turns() {
         let evs = [
             ev(1, Side::Client, EventKind::Syn { retransmit: false }, None),
             ev(2, Side::Client, EventKind::Data { seq: 1, len: 10, class: DataClass::New }, Some(1)),
