@@ -35,10 +35,10 @@ impl Sum {
     }
 }
 
-/// A server's exchange times, summed.
+/// A server's exchange times, summed. Their total is not summed apart: an
+/// exchange's total is the sum of its parts ([`Times`]), so the sums' is too.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Sums {
-    pub(crate) total: Sum,
     pub(crate) network: Sum,
     pub(crate) think: Sum,
     pub(crate) client: Sum,
@@ -52,7 +52,7 @@ pub(crate) struct Sums {
 impl Sums {
     #[inline(always)]
     fn add(&mut self, t: &Times, path: i64) {
-        let parts = [t.total, t.network, t.think, t.client, t.transfer, t.stall, t.loss, path];
+        let parts = [t.network, t.think, t.client, t.transfer, t.stall, t.loss, path];
         for (sum, ns) in self.all().into_iter().zip(parts) {
             sum.add(ns);
         }
@@ -66,9 +66,15 @@ impl Sums {
         }
     }
 
-    fn all(&mut self) -> [&mut Sum; 8] {
-        let Sums { total, network, think, client, transfer, stall, loss, path } = self;
-        [total, network, think, client, transfer, stall, loss, path]
+    fn all(&mut self) -> [&mut Sum; 7] {
+        let Sums { network, think, client, transfer, stall, loss, path } = self;
+        [network, think, client, transfer, stall, loss, path]
+    }
+
+    /// The exchanges' total times, summed.
+    pub(crate) fn total(&self) -> Sum {
+        let parts = [self.network, self.think, self.client, self.transfer, self.stall, self.loss];
+        Sum(parts.iter().fold(0i128, |a, p| a.saturating_add(p.0)))
     }
 }
 

@@ -316,7 +316,7 @@ fn tcp_cause_on(m: &FileResult, server: Endpoint) -> bool {
 /// application and that wait is a twentieth or more of all exchange time: a
 /// few scheduling hiccups beside seconds of Nagle stalls are not a cause.
 fn app_worthy(s: &ServerAgg) -> bool {
-    s.slow > 0 && s.slow * 10 >= s.exchanges && s.slow_think_ns.saturating_mul(20) >= s.sums.total.get()
+    s.slow > 0 && s.slow * 10 >= s.exchanges && s.slow_think_ns.saturating_mul(20) >= s.sums.total().get()
 }
 
 fn app_finding(server: Endpoint, s: &ServerAgg, tcp_cause: bool) -> Option<AppLatencyFinding> {
@@ -356,7 +356,7 @@ fn breakdown_of(server: Endpoint, s: &ServerAgg, upstream_ns: i64) -> Breakdown 
         server_software: s.software.clone(),
         server_name: s.name(),
         exchanges: s.exchanges,
-        total_ms: ms(s.sums.total.get() / n),
+        total_ms: ms(s.sums.total().get() / n),
         total_spread_ms: s.total.spread(),
         network_ms: ms(s.sums.network.get() / n),
         think_ms: ms((s.sums.think.get() - upstream_ns) / n),

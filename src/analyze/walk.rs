@@ -46,17 +46,10 @@ impl Default for Reading {
 }
 
 impl Reading {
-    /// Counts a packet: its time (clamped to the file's span), or `None`
-    /// when its link type is not supported.
-    #[inline(always)]
-    pub(super) fn time(&mut self, p: &Packet<'_>) -> Option<i64> {
-        self.n += 1;
-        self.count(p)
-    }
-
-    /// [`Reading::time`] without the packet count: a shard times only the
-    /// frames it owns (each frame is counted once across the shards) and
-    /// takes the count from the walk.
+    /// Times a packet: its time clamped to the file's span, or `None` when
+    /// its link type is not supported. The packets themselves are counted by
+    /// the walk (a shard's walk passes over frames it does not own and times
+    /// only its own).
     #[inline(always)]
     pub(super) fn count(&mut self, p: &Packet<'_>) -> Option<i64> {
         let ts = self.clamp(p.ts_ns);
@@ -246,13 +239,14 @@ pub(super) fn walk(cap: &crate::capture::Capture, file_tag: Option<usize>, opts:
     }
     let mut a = Analyser::new(file_tag, opts, None);
     let mut reading = Reading::default();
-    while let Some(p) = packets.next() {
-        let Some(ts) = reading.time(&p) else { continue };
+    packets.for_each(|p| {
+        let Some(ts) = reading.count(p) else { return };
         if sweep_due(p.frame) {
             a.sweep(p.frame, ts);
         }
-        a.frame(&p, ts, &mut reading);
-    }
+        a.frame(p, ts, &mut reading);
+    });
+    reading.n = packets.frames();
     let (tcp, filtered) = (a.tcp, a.filtered);
     Ok(Walked { r: a.finish(), reading, tcp, filtered, end: Ending::of(&packets) })
 }

@@ -215,6 +215,53 @@ impl<'a> Packets<'a> {
         self.next_general()
     }
 
+    /// Gives `f` every packet in turn, as [`Packets::next`] would. The loop
+    /// over whole pcap records (mapped, or in a stream's buffer) runs here,
+    /// its state in locals: called once a packet, `next` reloads it from the
+    /// walk every time.
+    #[inline(always)]
+    pub fn for_each(&mut self, mut f: impl FnMut(&Packet<'_>)) {
+        loop {
+            let pcap = match &self.walk.parser {
+                Parser::Pcap(p) => Some(*p),
+                Parser::PcapNg(_) => None,
+            };
+            let walk = &mut self.walk;
+            match (&mut self.src, pcap) {
+                (Source::Slice(s), Some(pcap)) => {
+                    let link = pcap.link();
+                    while !walk.done
+                        && let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
+                        && s.check(range.end).is_ok()
+                    {
+                        s.pos = range.end;
+                        if s.next_window() {
+                            walk.crossed_window();
+                        }
+                        walk.frame += 1;
+                        f(&Packet { frame: walk.frame, ts_ns, link, data: &s.bytes[range], orig_len });
+                    }
+                }
+                (Source::Stream(s), Some(pcap)) => {
+                    let link = pcap.link();
+                    while !walk.done
+                        && let Some((ts_ns, range, orig_len)) = pcap.whole(s.storage(), s.cursor())
+                    {
+                        // As in `next`: the buffer's front may be back in L3.
+                        crate::prefetch::ahead(s.storage(), range.end);
+                        s.consume(range.end - s.cursor());
+                        walk.frame += 1;
+                        f(&Packet { frame: walk.frame, ts_ns, link, data: &s.storage()[range], orig_len });
+                    }
+                }
+                _ => {}
+            }
+            // The rest (pcapng, refills, damage, the end): a packet at a time.
+            let Some(p) = self.next() else { return };
+            f(&p);
+        }
+    }
+
     /// The packet whose data is `range` of the stream's buffer.
     fn buffered(&self, ts_ns: i64, link: LinkType, range: std::ops::Range<usize>, orig_len: u32) -> Packet<'_> {
         let data = match &self.src {

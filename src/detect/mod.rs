@@ -237,8 +237,28 @@ pub struct Detectors {
 }
 
 impl Detectors {
-    /// Runs every detector on one event and its segment.
+    /// Runs every detector on one event and its segment, dispatched once on
+    /// the event's kind: in each arm the detectors' own matches on it fold
+    /// away. Left to the compiler, the tracker's events of every kind could
+    /// share one copy of the detectors, each then matching the kind again
+    /// (~20 instructions a packet). New data and pure ACKs are nearly every
+    /// event; the rest share a copy out of line.
+    #[inline(always)]
     pub fn step(&mut self, info: &ConnInfo, ev: &Event, seg: &Segment<'_>, out: &mut impl Observer) {
+        match ev.kind {
+            EventKind::Data { class: DataClass::New, .. } => self.run(info, ev, seg, out),
+            EventKind::Ack => self.run(info, ev, seg, out),
+            _ => self.run_rare(info, ev, seg, out),
+        }
+    }
+
+    #[inline(never)]
+    fn run_rare(&mut self, info: &ConnInfo, ev: &Event, seg: &Segment<'_>, out: &mut impl Observer) {
+        self.run(info, ev, seg, out);
+    }
+
+    #[inline(always)]
+    fn run(&mut self, info: &ConnInfo, ev: &Event, seg: &Segment<'_>, out: &mut impl Observer) {
         let payload = seg.payload;
         if let EventKind::Data { class: DataClass::Retransmission { since_ns, spurious, .. }, .. } = ev.kind {
             out.observe(Observation::Retransmission { from: ev.from, spurious, frame: ev.frame, since_ns });

@@ -12,7 +12,7 @@ pub(super) fn network_finding(server: Endpoint, s: &ServerAgg) -> Option<Network
     let rtt = s.rtt.spread();
     let total_p50 = s.total.quantile_ms(0.5);
     let path = s.sums.path.get();
-    let share = path as f64 / s.sums.total.get().max(1) as f64;
+    let share = path as f64 / s.sums.total().get().max(1) as f64;
     // Round trips take at least half of the exchanges' time, and no other part
     // (server, client, Nagle, loss) takes more of it than they do.
     let others = [s.sums.think.get(), s.sums.client.get(), s.sums.stall.get(), s.sums.loss.get()];
