@@ -106,7 +106,7 @@ pub fn decode(
         Some([8, 0]) if link == LinkType::ETHERNET => Network::Ipv4(&data[14..]),
         _ => network_layer(link, data),
     };
-    let (src, dst, l4, l4_wire_len, ip_id) = match network {
+    match network {
         Network::Ipv4(p) => {
             let ip = Ipv4Header::parse(p)?;
             if ip.protocol() != 6 || ip.is_fragment() {
@@ -118,7 +118,8 @@ pub fn decode(
             if wire_len < hl {
                 return Err(WireError::Malformed("IPv4 total length"));
             }
-            (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), &p[hl..], wire_len - hl, Some(ip.id()))
+            let ends = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()));
+            tcp_segment(frame, ts_ns, ends, &p[hl..], wire_len - hl, Some(ip.id()))
         }
         Network::Ipv6(p) => {
             let ip = Ipv6Header::parse(p)?;
@@ -135,11 +136,26 @@ pub fn decode(
             if wire_len < off {
                 return Err(WireError::Malformed("IPv6 payload length"));
             }
-            (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()), &p[off..], wire_len - off, None)
+            tcp_segment(frame, ts_ns, (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst())), &p[off..], wire_len - off, None)
         }
-        Network::Other => return Ok(None),
-        Network::Truncated => return Err(WireError::Truncated("link-layer header")),
-    };
+        Network::Other => Ok(None),
+        Network::Truncated => Err(WireError::Truncated("link-layer header")),
+    }
+}
+
+/// The segment in `l4` (the IP payload as captured; `l4_wire_len` bytes on
+/// the wire) between the addresses `ends`. Inlined into each IP version's
+/// branch: built after the branches met, the segment's addresses were
+/// written whole (an IPv6 address's 16 bytes for every IPv4 packet).
+#[inline(always)]
+fn tcp_segment(
+    frame: u64,
+    ts_ns: i64,
+    ends: (IpAddr, IpAddr),
+    l4: &[u8],
+    l4_wire_len: usize,
+    ip_id: Option<u16>,
+) -> Result<Option<Segment<'_>>, WireError> {
     let tcp = TcpHeader::parse(l4)?;
     let hl = tcp.header_len();
     if l4_wire_len < hl {
@@ -152,8 +168,8 @@ pub fn decode(
     let mut out = Ok(Some(Segment {
         frame,
         ts_ns,
-        src: Endpoint { ip: src, port: tcp.src_port() },
-        dst: Endpoint { ip: dst, port: tcp.dst_port() },
+        src: Endpoint { ip: ends.0, port: tcp.src_port() },
+        dst: Endpoint { ip: ends.1, port: tcp.dst_port() },
         seq: tcp.seq(),
         ack: tcp.ack(),
         flags: tcp.flags(),
