@@ -110,7 +110,7 @@ fn shard(packets: Packets<'_>, tag: Option<usize>, opts: &Options, part: Part<'_
             reading.begin(p.ts_ns);
             continue;
         }
-        let Some(ts) = reading.count(&p) else { continue };
+        let Some(ts) = reading.time(&p) else { continue };
         a.frame(&p, ts, &mut reading);
     }
     // Every frame walked, passed over or not.

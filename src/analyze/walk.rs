@@ -51,7 +51,7 @@ impl Reading {
     /// the walk (a shard's walk passes over frames it does not own and times
     /// only its own).
     #[inline(always)]
-    pub(super) fn count(&mut self, p: &Packet<'_>) -> Option<i64> {
+    pub(super) fn time(&mut self, p: &Packet<'_>) -> Option<i64> {
         let ts = self.clamp(p.ts_ns);
         self.clamped += u64::from(ts != p.ts_ns);
         self.last_ts = self.last_ts.max(ts);
@@ -240,7 +240,7 @@ pub(super) fn walk(cap: &crate::capture::Capture, file_tag: Option<usize>, opts:
     let mut a = Analyser::new(file_tag, opts, None);
     let mut reading = Reading::default();
     packets.for_each(|p| {
-        let Some(ts) = reading.count(p) else { return };
+        let Some(ts) = reading.time(p) else { return };
         if sweep_due(p.frame) {
             a.sweep(p.frame, ts);
         }

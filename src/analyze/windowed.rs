@@ -301,7 +301,7 @@ impl Part<'_, '_> {
                 every += PASS_EVERY;
             }
             if let Some(p) = self.windows.sorted_packet(w, r, frame)
-                && let Some(ts) = reading.count(&p)
+                && let Some(ts) = reading.time(&p)
             {
                 a.frame(&p, ts, reading);
             }

@@ -241,7 +241,7 @@ impl Detectors {
     /// the event's kind: in each arm the detectors' own matches on it fold
     /// away. Left to the compiler, the tracker's events of every kind could
     /// share one copy of the detectors, each then matching the kind again
-    /// (~20 instructions a packet). New data and pure ACKs are nearly every
+    /// (15–20 instructions a packet). New data and pure ACKs are nearly every
     /// event; the rest share a copy out of line.
     #[inline(always)]
     pub fn step(&mut self, info: &ConnInfo, ev: &Event, seg: &Segment<'_>, out: &mut impl Observer) {
