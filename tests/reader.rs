@@ -562,12 +562,21 @@ fn walk(p: &mut tcpdoctor::capture::Packets<'_>) -> Seen {
     (out, p.damage().map(|d| d.to_string()), p.undeclared())
 }
 
+/// [`walk`] by `Packets::for_each` (the loop `analyze` runs on one thread).
+fn walk_each(p: &mut tcpdoctor::capture::Packets<'_>) -> Seen {
+    let mut out = Vec::new();
+    p.for_each(|x| out.push((x.frame, x.ts_ns, x.link.0, x.data.to_vec(), x.orig_len)));
+    assert_eq!(p.frames(), out.len() as u64, "the walk counts what it gave");
+    (out, p.damage().map(|d| d.to_string()), p.undeclared())
+}
+
 /// The streaming reader gives exactly the packets, damage and skipped blocks
 /// of the walk over the same bytes in memory, for every capture in
 /// tests/data, cut short at several points and with a record header
 /// damaged, read in random chunks into buffers from 1 byte to 1 MiB (so
 /// records straddle refills, and whole ones are taken from the buffer as it
 /// stands). The fuzz target `stream` does the same on arbitrary bytes.
+/// `Packets::for_each` gives the same as `next`, in memory and streamed.
 #[test]
 fn a_stream_read_in_any_chunks_walks_as_the_bytes_in_memory() {
     use tcpdoctor::capture::{Capture, Packets};
@@ -585,11 +594,17 @@ fn a_stream_read_in_any_chunks_walks_as_the_bytes_in_memory() {
         }
         for (i, v) in variants.iter().enumerate() {
             let whole = Packets::new(v).map(|mut w| walk(&mut w)).map_err(|e| e.to_string());
+            let each = Packets::new(v).map(|mut w| walk_each(&mut w)).map_err(|e| e.to_string());
+            assert_eq!(whole, each, "for_each in memory: {} variant {i}", p.display());
             for (seed, size) in [(1u64, 1usize), (7, 61), (99, 4096), (12345, 1 << 20)] {
                 let reader = Chunks { data: v.clone(), at: 0, rng: (seed * 0x9e37_79b9 + i as u64) | 1 };
                 let stream = Capture::from_reader_buffered("chunks", reader, size);
                 let streamed = stream.packets().map(|mut w| walk(&mut w)).map_err(|e| e.to_string());
                 assert_eq!(whole, streamed, "{} variant {i}, buffer {size}", p.display());
+                let reader = Chunks { data: v.clone(), at: 0, rng: (seed * 0x9e37_79b9 + i as u64) | 1 };
+                let stream = Capture::from_reader_buffered("chunks", reader, size);
+                let each = stream.packets().map(|mut w| walk_each(&mut w)).map_err(|e| e.to_string());
+                assert_eq!(whole, each, "for_each: {} variant {i}, buffer {size}", p.display());
                 checked += 1;
             }
         }

@@ -2,7 +2,7 @@
 //! the format parser looks at the bytes at the read position; a stream that
 //! holds too few is refilled ("need more bytes" is damage only at the end).
 
-use super::source::{Bytes, Fill, Slice, Source};
+use super::source::{Bytes, Fill, Slice, Source, Stream};
 use super::{Damage, Format, LinkType, OpenError, Packet, WINDOW, format_of, hex, pcap, pcapng};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,12 +63,7 @@ fn pass_over<'s>(
         && let Some((ts_ns, link, range, orig_len, end)) = quick(&mut walk.parser, s.bytes, s.pos)
         && s.check(end).is_ok()
     {
-        s.pos = end;
-        if s.next_window() {
-            walk.crossed_window();
-        }
-        walk.frame += 1;
-        let frame = walk.frame;
+        let frame = walk.past_mapped(s, end);
         let data = &s.bytes[range];
         let asked = frame & (every - 1) != 0 && frame != 1 && frame < until;
         if !asked || !pass(link, data) {
@@ -192,21 +187,13 @@ impl<'a> Packets<'a> {
                     if let Some((ts_ns, link, range, orig_len, end)) = self.walk.parser.quick(s.bytes, s.pos)
                         && s.check(end).is_ok()
                     {
-                        s.pos = end;
-                        if s.next_window() {
-                            self.walk.crossed_window();
-                        }
-                        self.walk.frame += 1;
-                        let data = &s.bytes[range];
-                        return Some(Packet { frame: self.walk.frame, ts_ns, link, data, orig_len });
+                        let frame = self.walk.past_mapped(s, end);
+                        return Some(Packet { frame, ts_ns, link, data: &s.bytes[range], orig_len });
                     }
                 }
                 Source::Stream(s) => {
                     if let Some((ts_ns, link, range, orig_len, end)) = self.walk.parser.quick(s.storage(), s.cursor()) {
-                        // The buffer (1 MiB) outgrows some CPUs' L2: its front is back in L3.
-                        crate::prefetch::ahead(s.storage(), end);
-                        s.consume(end - s.cursor());
-                        self.walk.frame += 1;
+                        self.walk.past_buffered(s, end);
                         return Some(self.buffered(ts_ns, link, range, orig_len));
                     }
                 }
@@ -234,12 +221,8 @@ impl<'a> Packets<'a> {
                         && let Some((ts_ns, range, orig_len)) = pcap.whole(s.bytes, s.pos)
                         && s.check(range.end).is_ok()
                     {
-                        s.pos = range.end;
-                        if s.next_window() {
-                            walk.crossed_window();
-                        }
-                        walk.frame += 1;
-                        f(&Packet { frame: walk.frame, ts_ns, link, data: &s.bytes[range], orig_len });
+                        let frame = walk.past_mapped(s, range.end);
+                        f(&Packet { frame, ts_ns, link, data: &s.bytes[range], orig_len });
                     }
                 }
                 (Source::Stream(s), Some(pcap)) => {
@@ -247,11 +230,8 @@ impl<'a> Packets<'a> {
                     while !walk.done
                         && let Some((ts_ns, range, orig_len)) = pcap.whole(s.storage(), s.cursor())
                     {
-                        // As in `next`: the buffer's front may be back in L3.
-                        crate::prefetch::ahead(s.storage(), range.end);
-                        s.consume(range.end - s.cursor());
-                        walk.frame += 1;
-                        f(&Packet { frame: walk.frame, ts_ns, link, data: &s.storage()[range], orig_len });
+                        let frame = walk.past_buffered(s, range.end);
+                        f(&Packet { frame, ts_ns, link, data: &s.storage()[range], orig_len });
                     }
                 }
                 _ => {}
@@ -390,6 +370,29 @@ fn header(src: &mut impl Bytes, stop: Option<&'static AtomicBool>) -> Result<Par
 }
 
 impl Walk {
+    /// Moves a walk over mapped bytes past the whole record ending at `end`
+    /// (into the next window, maybe); the record's frame number.
+    #[inline(always)]
+    fn past_mapped(&mut self, s: &mut Slice<'_>, end: usize) -> u64 {
+        s.pos = end;
+        if s.next_window() {
+            self.crossed_window();
+        }
+        self.frame += 1;
+        self.frame
+    }
+
+    /// Moves a stream's walk past the whole record ending at `end` of its
+    /// buffer; the record's frame number.
+    #[inline(always)]
+    fn past_buffered(&mut self, s: &mut Stream, end: usize) -> u64 {
+        // The buffer (1 MiB) outgrows some CPUs' L2: its front is back in L3.
+        crate::prefetch::ahead(s.storage(), end);
+        s.consume(end - s.cursor());
+        self.frame += 1;
+        self.frame
+    }
+
     /// The next packet from `src` (the same loop for every kind of bytes).
     #[inline]
     fn next_in<'s>(&mut self, src: &'s mut impl Bytes) -> Option<Packet<'s>> {
