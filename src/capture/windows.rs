@@ -25,6 +25,9 @@ const CHAIN: usize = 16;
 const MAX_SIZE: u64 = 1 << 30;
 /// Bytes mapped ahead past a window's end, for its last records.
 const OVERHANG: u64 = 4 << 10;
+/// Bytes of a file's pages that one fault maps (Linux's `fault_around_bytes`,
+/// 64 KiB unless changed in debugfs; with less, the sort faults in the rest).
+const FAULT_AROUND: usize = 64 << 10;
 
 /// How a file's windows are read.
 pub(crate) struct Windows<'c> {
@@ -173,12 +176,27 @@ impl<'c> Windows<'c> {
         w
     }
 
-    /// Maps `[from, to)` of a mapped file at once, not a fault per few pages.
+    /// Maps `[from, to)` of a mapped file before the sort reads it, by
+    /// reading a byte every [`FAULT_AROUND`] bytes: each fault maps that many.
+    /// `MADV_POPULATE_READ` faults the same way and then walks every page
+    /// again (`get_user_pages`: ~12 ms of two threads' CPU on the bench
+    /// capture); leaving the faults to the sort, or reading a byte of every
+    /// page, was no faster than the populate (bench/RESULTS.md).
     fn map_ahead(&self, from: u64, to: u64) {
-        if let Bytes::Mapped(m) = &self.cap.bytes {
+        if let Bytes::Mapped(_) = &self.cap.bytes {
             let (from, to) = (from as usize, (to as usize).min(self.bytes.len()));
-            if from < to && m.map.advise_range(memmap2::Advice::PopulateRead, from, to - from).is_err() {
-                let _ = m.map.advise_range(memmap2::Advice::WillNeed, from, to - from);
+            let touch = |at: usize| {
+                // SAFETY: in bounds of the mapping; a fault past a file that
+                // shrank is handled (sigbus.rs), and `checked` then says so.
+                unsafe { std::ptr::read_volatile(self.bytes.as_ptr().add(at)) };
+            };
+            if from < to {
+                touch(from);
+            }
+            let mut at = (from | (FAULT_AROUND - 1)) + 1;
+            while at < to {
+                touch(at);
+                at += FAULT_AROUND;
             }
         }
     }
