@@ -16,31 +16,38 @@ use std::net::IpAddr;
 /// whichever way the shards read the file.
 pub(super) const PASS_EVERY: u64 = 64;
 
-/// A connection's end, hashed: the same for an address read as an `IpAddr`
-/// or straight from the frame's bytes.
-#[inline(always)]
-fn mix(ip: u64, port: u16) -> u64 {
-    (ip ^ u64::from(port) << 48).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+/// An address as a number: its bytes in the order they are on the wire,
+/// read as little-endian (whatever the host's order), so that one read from
+/// a frame is the number an `IpAddr` gives; IPv6's halves folded.
+#[inline]
+fn ip_number(ip: IpAddr) -> u64 {
+    match ip {
+        IpAddr::V4(v) => u64::from(u32::from_le_bytes(v.octets())),
+        IpAddr::V6(v) => {
+            let x = u128::from_le_bytes(v.octets());
+            (x as u64) ^ ((x >> 64) as u64)
+        }
+    }
 }
 
-/// The shard (of `of`) that owns the connection whose ends hash to `a` and
-/// `b` ([`mix`]): a sum, so the same whichever end sent the frame.
+/// A port as a number, as [`ip_number`] reads an address.
+#[inline]
+fn port_number(port: u16) -> u64 {
+    u64::from(u16::from_le_bytes(port.to_be_bytes()))
+}
+
+/// The shard (of `of`) that owns the connection whose ends' addresses sum
+/// to `ips` and ports to `ports` ([`ip_number`], [`port_number`]): sums, so
+/// the same whichever end sent the frame, mixed by a multiply.
 #[inline(always)]
-fn owner(a: u64, b: u64, of: usize) -> usize {
-    let h = a.wrapping_add(b);
+fn owner(ips: u64, ports: u64, of: usize) -> usize {
+    let h = ips.wrapping_add(ports << 40).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     ((u128::from(h ^ (h >> 29)) * of as u128) >> 64) as usize
 }
 
 #[inline]
-fn mix_endpoint(e: Endpoint) -> u64 {
-    let ip = match e.ip {
-        IpAddr::V4(v) => u64::from(u32::from(v)),
-        IpAddr::V6(v) => {
-            let x = u128::from(v);
-            (x as u64) ^ ((x >> 64) as u64)
-        }
-    };
-    mix(ip, e.port)
+fn endpoints_owner(a: Endpoint, b: Endpoint, of: usize) -> usize {
+    owner(ip_number(a.ip).wrapping_add(ip_number(b.ip)), port_number(a.port) + port_number(b.port), of)
 }
 
 /// The shard that owns a frame: its connection's, or the first for a frame
@@ -50,29 +57,42 @@ fn mix_endpoint(e: Endpoint) -> u64 {
 /// always gets its connection's shard (the same endpoints are read either way).
 #[inline(always)]
 pub(super) fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
+    // Most frames: untagged Ethernet, IPv4 without options, TCP, not a
+    // fragment: the ends read at fixed offsets (every frame of a split file
+    // costs this once more, in the sort).
     if link == LinkType::ETHERNET
-        && let Some(h) = data.get(..34)
+        && let Some(h) = data.get(..38)
         && h[12..14] == [8, 0]
+        && h[14] == 0x45
+        && h[23] == 6
+        && h[20] & 0x3f | h[21] == 0
     {
-        // Most frames: untagged Ethernet, IPv4 without options, TCP, not a
-        // fragment: the ends read at fixed offsets (every frame of a split
-        // file costs this once more, in the sort).
-        if let Some(h) = data.get(..38)
-            && h[14] == 0x45
-            && h[23] == 6
-            && h[20] & 0x3f | h[21] == 0
-        {
-            return ends_owner(&h[14..34], &h[34..], of);
-        }
-        return ipv4_owner(&data[14..], of);
+        return ends_owner(&h[14..34], &h[34..38], of);
     }
-    slow_shard_of(link, data, of)
+    other_shard_of(link, data, of)
+}
+
+/// [`shard_of`] for the frames it does not read at fixed offsets.
+#[inline(never)]
+fn other_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
+    match data.get(12..14) {
+        Some([8, 0]) if link == LinkType::ETHERNET => ipv4_owner(&data[14..], of),
+        _ => slow_shard_of(link, data, of),
+    }
+}
+
+/// The owner of the connection of an IPv4 header `ip` (its first 20 bytes)
+/// and the first 4 bytes `t` of its TCP header: both addresses and ports.
+#[inline(always)]
+fn ends_owner(ip: &[u8], t: &[u8], of: usize) -> usize {
+    let word = |i: usize| u64::from(u32::from_le_bytes([ip[i], ip[i + 1], ip[i + 2], ip[i + 3]]));
+    let port = |i: usize| u64::from(u16::from_le_bytes([t[i], t[i + 1]]));
+    owner(word(12) + word(16), port(0) + port(2), of)
 }
 
 /// The owner of an IPv4 packet `p`: its connection's shard when its header
 /// is sound (as [`Ipv4Header::parse`] checks it) and it carries the ports of
 /// a TCP segment that is not a fragment, else the first.
-#[inline(always)]
 fn ipv4_owner(p: &[u8], of: usize) -> usize {
     let Some(h) = p.get(..20) else { return 0 };
     let hl = usize::from(h[0] & 0x0f) * 4;
@@ -83,16 +103,7 @@ fn ipv4_owner(p: &[u8], of: usize) -> usize {
     }
 }
 
-/// The owner of the connection of an IPv4 header `ip` (its first 20 bytes)
-/// and the first 4 bytes `t` of its TCP header: both addresses and ports.
-#[inline(always)]
-fn ends_owner(ip: &[u8], t: &[u8], of: usize) -> usize {
-    let word = |i: usize| u64::from(u32::from_be_bytes([ip[i], ip[i + 1], ip[i + 2], ip[i + 3]]));
-    let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
-    owner(mix(word(12), port(0)), mix(word(16), port(2)), of)
-}
-
-#[inline(never)]
+/// The owner of any frame, as the walk reads it ([`shard_of`] must agree).
 fn slow_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
     if let Network::Ipv4(p) = network_layer(link, data)
         && let Ok(ip) = Ipv4Header::parse(p)
@@ -100,9 +111,9 @@ fn slow_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
         let hl = ip.header_len();
         return match p.get(hl..hl + 4) {
             Some(t) if ip.protocol() == 6 && !ip.is_fragment() => {
-                let port = |i: usize| u16::from_be_bytes([t[i], t[i + 1]]);
-                let end = |a: std::net::Ipv4Addr, port: u16| mix(u64::from(u32::from(a)), port);
-                owner(end(ip.src(), port(0)), end(ip.dst(), port(2)), of)
+                let port = |i: usize| u64::from(u16::from_le_bytes([t[i], t[i + 1]]));
+                let ips = ip_number(IpAddr::V4(ip.src())) + ip_number(IpAddr::V4(ip.dst()));
+                owner(ips, port(0) + port(2), of)
             }
             _ => 0,
         };
@@ -111,7 +122,7 @@ fn slow_shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
     // walk (given its true length) decodes, so a frame cut by the snap
     // length still goes to its connection's shard.
     match wire::decode(0, 0, link, data, u32::MAX) {
-        Ok(Some(seg)) => owner(mix_endpoint(seg.src), mix_endpoint(seg.dst), of),
+        Ok(Some(seg)) => endpoints_owner(seg.src, seg.dst, of),
         _ => 0,
     }
 }
@@ -220,7 +231,7 @@ mod tests {
                         for len in [d.len() as u32, pk.orig_len] {
                             if let Ok(Some(s)) = wire::decode(0, 0, pk.link, d, len) {
                                 let frame = pk.frame;
-                                let conn = owner(mix_endpoint(s.src), mix_endpoint(s.dst), of);
+                                let conn = endpoints_owner(s.src, s.dst, of);
                                 assert_eq!(quick, conn, "{}: frame {frame} cut to {} of {len}", p.display(), d.len());
                             }
                         }

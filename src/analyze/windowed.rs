@@ -189,8 +189,8 @@ impl Part<'_, '_> {
                     }
                 }
                 Next::Read(r, from, spare) => {
-                    let of = self.of;
-                    let w = self.windows.read(r, from, spare, of, |data| shard_of(self.windows.link(), data, of));
+                    let (of, link) = (self.of, self.windows.link());
+                    let w = self.windows.read(r, from, spare, of, |data| shard_of(link, data, of));
                     let mut s = self.shared.lock();
                     s.read.insert(r, Arc::new(w));
                     self.shared.changed(s);
@@ -287,20 +287,20 @@ impl Part<'_, '_> {
             // Every shard clamps to the file's first time.
             reading.begin(p.ts_ns);
         }
-        let mine = w.sorted(self.index);
+        let (mine, records) = (w.sorted(self.index), self.windows.records(w));
         // The next frame at which every shard reports its progress.
         let mut every = (frames / PASS_EVERY + 1) * PASS_EVERY;
         for (j, &r) in mine.iter().enumerate() {
             // The records are in the shared cache, not this core's: ask ahead.
             if let Some(&ahead) = mine.get(j + AHEAD_RECORDS) {
-                self.windows.prefetch(w, ahead);
+                records.prefetch(ahead);
             }
             let frame = frames + u64::from(r.index) + 1;
             while every <= frame {
                 self.at_every(w, frames, every, a, reading);
                 every += PASS_EVERY;
             }
-            if let Some(p) = self.windows.sorted_packet(w, r, frame)
+            if let Some(p) = records.packet(r, frame)
                 && let Some(ts) = reading.time(&p)
             {
                 a.frame(&p, ts, reading);

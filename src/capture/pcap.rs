@@ -71,6 +71,22 @@ impl Parser {
         Some((ts_ns, from..end, orig_len))
     }
 
+    /// Whether the file's records have the usual layout: little-endian
+    /// 16-byte record headers.
+    #[inline]
+    pub(crate) fn usual(&self) -> bool {
+        !self.big_endian && self.record_header == 16
+    }
+
+    /// This parser of a file whose records have the usual layout
+    /// ([`Parser::usual`]), with that layout's fields as constants: a loop
+    /// over records that uses it is compiled for that layout alone.
+    #[inline(always)]
+    pub(crate) fn as_usual(self) -> Parser {
+        debug_assert!(self.usual());
+        Parser { big_endian: false, record_header: 16, ..self }
+    }
+
     /// The link type of every record.
     #[inline(always)]
     pub(crate) fn link(&self) -> LinkType {

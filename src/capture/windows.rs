@@ -135,7 +135,7 @@ impl<'c> Windows<'c> {
         let mut w = Window { start: from, end: base, bad: false, damage: None, base, len: 0, sorts };
         self.map_ahead(base, hi.max(base) + OVERHANG);
         let buf = &self.bytes[base as usize..];
-        let mut pos = match from {
+        let pos = match from {
             Some(_) => 0,
             None => match self.guess(buf, base, hi) {
                 Some(p) => p,
@@ -143,25 +143,11 @@ impl<'c> Windows<'c> {
             },
         };
         w.start = Some(base + pos as u64);
-        let mut n = 0;
-        while base + (pos as u64) < hi {
-            let Some((_, range, _)) = self.parser.whole(buf, pos) else {
-                // The general walk says what is wrong (its checks are the same).
-                if let Step::Damage(what) = self.parser.record(&buf[pos..], true) {
-                    w.damage = Some(what);
-                }
-                w.bad = true;
-                break;
-            };
-            crate::prefetch::ahead(buf, range.end);
-            // Clamped: every record must be in a list, where `packet` finds it.
-            let to = sort(&buf[range.clone()]).min(of.saturating_sub(1));
-            if let Some(list) = w.sorts.get_mut(to) {
-                push_streamed(list, Rec { index: n, at: pos as u32 });
-            }
-            n += 1;
-            pos = range.end;
-        }
+        let stop = hi.saturating_sub(base) as usize;
+        let (n, pos) = match self.parser.usual() {
+            true => sort_records::<true>(self.parser, buf, pos, stop, &mut w, &sort),
+            false => sort_records::<false>(self.parser, buf, pos, stop, &mut w, &sort),
+        };
         streamed();
         w.len = n;
         w.end = base + pos as u64;
@@ -245,30 +231,79 @@ impl<'c> Windows<'c> {
     pub(crate) fn packet<'w>(&'w self, w: &Window, i: usize, frame: u64) -> Option<Packet<'w>> {
         let i = u32::try_from(i).ok()?;
         let r = w.sorts.iter().find_map(|l| l.binary_search_by_key(&i, |r| r.index).ok().map(|at| l[at]))?;
-        self.packet_at(w, r.at, frame)
+        self.records(w).packet(r, frame)
     }
 
-    /// Sorted record `r` of window `w`, as frame `frame`.
+    /// Window `w`'s records, to be read in the order of its sorts' lists.
+    pub(crate) fn records<'w>(&'w self, w: &Window) -> Records<'w> {
+        Records { buf: &self.bytes[w.base as usize..], parser: self.parser }
+    }
+}
+
+/// A window's records as a shard reads them: its bytes and the parser, held
+/// by value (read through [`Windows`] at every record, each was a load of a
+/// load).
+#[derive(Clone, Copy)]
+pub(crate) struct Records<'w> {
+    /// The file from the window's base.
+    buf: &'w [u8],
+    parser: Parser,
+}
+
+impl<'w> Records<'w> {
+    /// Sorted record `r`, as frame `frame`.
     #[inline(always)]
-    pub(crate) fn sorted_packet<'w>(&'w self, w: &Window, r: Rec, frame: u64) -> Option<Packet<'w>> {
-        self.packet_at(w, r.at, frame)
+    pub(crate) fn packet(&self, r: Rec, frame: u64) -> Option<Packet<'w>> {
+        let (ts_ns, range, orig_len) = self.parser.whole(self.buf, r.at as usize)?;
+        Some(Packet { frame, ts_ns, link: self.parser.link(), data: &self.buf[range], orig_len })
     }
 
-    /// The record at offset `at` of window `w`, as frame `frame`.
+    /// Asks the cache for sorted record `r`'s first bytes (a hint).
     #[inline(always)]
-    fn packet_at<'w>(&'w self, w: &Window, at: u32, frame: u64) -> Option<Packet<'w>> {
-        let buf = &self.bytes[w.base as usize..];
-        let (ts_ns, range, orig_len) = self.parser.whole(buf, at as usize)?;
-        Some(Packet { frame, ts_ns, link: self.parser.link(), data: &buf[range], orig_len })
-    }
-
-    /// Asks the cache for sorted record `r` of window `w`'s first bytes (a hint).
-    #[inline(always)]
-    pub(crate) fn prefetch(&self, w: &Window, r: Rec) {
-        let p = self.bytes.as_ptr().wrapping_add(w.base as usize + r.at as usize);
+    pub(crate) fn prefetch(&self, r: Rec) {
+        let p = self.buf.as_ptr().wrapping_add(r.at as usize);
         crate::prefetch::line(p);
         crate::prefetch::line(p.wrapping_add(64));
     }
+}
+
+/// Sorts the records of `buf` from `pos` until one starts at `stop` or
+/// later into `w`'s lists, with `sort` (clamped to them): how many, and where
+/// the next starts. A record that is not whole ends the window (`w.bad`, and
+/// `w.damage` when the walk calls it damage). `USUAL`: the file's records
+/// have the usual layout, whose fields are then constants in the loop. Not
+/// inlined: in the shard's loop its values would live on the stack.
+#[inline(never)]
+fn sort_records<const USUAL: bool>(
+    parser: Parser,
+    buf: &[u8],
+    mut pos: usize,
+    stop: usize,
+    w: &mut Window,
+    sort: &impl Fn(&[u8]) -> usize,
+) -> (u32, usize) {
+    let parser = if USUAL { parser.as_usual() } else { parser };
+    let last = w.sorts.len().saturating_sub(1);
+    let mut n = 0;
+    while pos < stop {
+        let Some((_, range, _)) = parser.whole(buf, pos) else {
+            // The general walk says what is wrong (its checks are the same).
+            if let Step::Damage(what) = parser.record(&buf[pos..], true) {
+                w.damage = Some(what);
+            }
+            w.bad = true;
+            break;
+        };
+        crate::prefetch::ahead(buf, range.end);
+        // Clamped: every record must be in a list, where `packet` finds it.
+        let to = sort(&buf[range.clone()]).min(last);
+        if let Some(list) = w.sorts.get_mut(to) {
+            push_streamed(list, Rec { index: n, at: pos as u32 });
+        }
+        n += 1;
+        pos = range.end;
+    }
+    (n, pos)
 }
 
 /// Appends `r` to `list` past the cache. The list's lines were last read by
