@@ -413,13 +413,21 @@ mod tests {
 
     /// Every frame of a window, asked for by its index, is the frame a walk
     /// of the file gives at that place (the first, the last, the ones
-    /// between), whichever list holds it.
+    /// between), whichever list holds it; in a file of the usual layout and
+    /// in a big-endian one (which the sort reads with a loop of its own).
     #[test]
     fn a_frame_is_found_by_its_index() {
-        let bytes = with_fake_records();
-        let (all, _) = crate::capture::all_packets(&bytes).unwrap();
-        let cap = Capture::from_bytes("fake.pcap", bytes.clone());
-        for (size, of) in [(1000, 2), (3000, 3), (4096, 1)] {
+        let be = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/wwr_nagle_be.pcap")).unwrap();
+        for (bytes, size, of) in [
+            (with_fake_records(), 1000, 2),
+            (with_fake_records(), 3000, 3),
+            (with_fake_records(), 4096, 1),
+            (be.clone(), 700, 2),
+            (be, 4096, 3),
+        ] {
+            let (all, _) = crate::capture::all_packets(&bytes).unwrap();
+            let cap = Capture::from_bytes("fake.pcap", bytes.clone());
+            assert_eq!(Windows::new(&cap, size).unwrap().parser.usual(), bytes[0] == 0xd4);
             let w = Windows::new(&cap, size).unwrap();
             let mut frame = 0;
             let mut from = 24;
