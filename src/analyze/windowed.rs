@@ -262,6 +262,7 @@ impl Part<'_, '_> {
         let mut s = self.shared.lock();
         s.at[self.index] = k;
         let oldest = s.at.iter().copied().min().unwrap_or(0);
+        let mut release = None;
         if oldest == k {
             let gone = oldest.saturating_sub(1);
             if let Some(w) = s.read.remove(&gone)
@@ -269,13 +270,19 @@ impl Part<'_, '_> {
             {
                 let from = *s.unreleased.get_or_insert(w.base());
                 if w.end - from >= RELEASE_EVERY {
-                    self.windows.release(from, w.end);
+                    release = Some((from, w.end));
                     s.unreleased = None;
                 }
                 s.spares.push(w.spare());
             }
         }
         self.shared.changed(s);
+        // Out of the lock: the drop takes a system call and the other core's
+        // TLB flush, and a shard that found the lock taken slept (its vCPU
+        // then halts, and waking it took this VM up to milliseconds).
+        if let Some((from, to)) = release {
+            self.windows.release(from, to);
+        }
     }
 
     /// This shard's frames of window `w`, whose first is frame `frames + 1`;
