@@ -144,9 +144,10 @@ impl<'c> Windows<'c> {
         };
         w.start = Some(base + pos as u64);
         let stop = hi.saturating_sub(base) as usize;
-        let (n, pos) = match self.parser.usual() {
-            true => sort_records::<true>(self.parser, buf, pos, stop, &mut w, &sort),
-            false => sort_records::<false>(self.parser, buf, pos, stop, &mut w, &sort),
+        let (n, pos) = if self.parser.usual() {
+            sort_records::<true>(self.parser, buf, pos, stop, &mut w, &sort)
+        } else {
+            sort_records::<false>(self.parser, buf, pos, stop, &mut w, &sort)
         };
         streamed();
         w.len = n;
@@ -169,7 +170,7 @@ impl<'c> Windows<'c> {
     /// capture); leaving the faults to the sort, or reading a byte of every
     /// page, was no faster than the populate (bench/RESULTS.md).
     fn map_ahead(&self, from: u64, to: u64) {
-        if let Bytes::Mapped(_) = &self.cap.bytes {
+        if matches!(self.cap.bytes, Bytes::Mapped(_)) {
             let (from, to) = (from as usize, (to as usize).min(self.bytes.len()));
             let touch = |at: usize| {
                 // SAFETY: in bounds of the mapping; a fault past a file that
@@ -414,7 +415,7 @@ mod tests {
     /// Every frame of a window, asked for by its index, is the frame a walk
     /// of the file gives at that place (the first, the last, the ones
     /// between), whichever list holds it; in a file of the usual layout and
-    /// in a big-endian one (which the sort reads with a loop of its own).
+    /// in a big-endian one (which the sort reads with its general loop).
     #[test]
     fn a_frame_is_found_by_its_index() {
         let be = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/wwr_nagle_be.pcap")).unwrap();
