@@ -16,6 +16,9 @@
 #                         4 KiB at a time: small folios, as tcpdump leaves a
 #                         file) or large (a copy evicted and read back: large
 #                         folios); the copies go to the run's private directory
+#   HOLD=1                keep the capture in the page cache for the whole run
+#                         (mlock by bench/page_cache.py --hold; needs root or a
+#                         large RLIMIT_MEMLOCK); HOLD=0 leaves it to the host
 #
 # Each run is timed by the benches' timer, examples/timed.rs (wait4's rusage):
 # wall seconds, CPU seconds (user + sys) to 0.1 ms, peak RSS and user CPU.
@@ -55,7 +58,7 @@ check_fresh "$TCPDOCTOR" "$ROOT"
 check_fresh "$FLOOR" "$ROOT" examples/floor.rs
 
 TMP=$(mktemp -d /tmp/tcpdoctor-threads.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+trap 'stop_holding; rm -rf "$TMP"' EXIT
 
 # run NAME CMD… and median NAME COLUMN: bench/lib.sh's, on this script's directory.
 run() { timed "$TMP" "$@"; }
@@ -78,6 +81,9 @@ case "$PAGE_CACHE" in
     large) cp "$BIG" "$TMP/capture.pcap"; BIG=$TMP/capture.pcap; python3 "$HERE/page_cache.py" --large "$BIG" ;;
 esac
 echo "== page cache ($PAGE_CACHE): $BIG: $(python3 "$HERE/page_cache.py" "$BIG")"
+# Held there for the whole run: a host that pages cold cache out would
+# otherwise make runs wait on the disk (HOLD=0: not held).
+[ "${HOLD:-1}" = 0 ] || hold_capture "$BIG"
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== $RUNS rounds of: floor BIG | analyze BIG --json --threads 1 | --threads 2 | analyze - --json < pipe (each round starting one further on)"
 one() {

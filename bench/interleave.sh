@@ -15,7 +15,8 @@
 # discarded. A CMD may start with VAR=value words (it runs under env).
 # Medians of RUNS rounds. A command that fails (any exit but 0, or
 # tcpdoctor's 4: partial input) ends the script, since its time would not be
-# the work's.
+# the work's. HOLD="FILE…" keeps those files in the page cache meanwhile
+# (bench/page_cache.py --hold), as analyze_threads.sh does its capture.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +27,10 @@ RUNS=${1:?usage: $0 RUNS LABEL=CMD…}
 shift
 [ "$#" -ge 1 ] || { echo "usage: $0 RUNS LABEL=CMD…" >&2; exit 2; }
 TMP=$(mktemp -d /tmp/tcpdoctor-interleave.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+trap 'stop_holding; rm -rf "$TMP"' EXIT
+# HOLD="FILE…": files kept in the page cache for the whole run (see
+# bench/page_cache.py --hold): captures the commands read.
+for f in ${HOLD:-}; do hold_capture "$f"; done
 
 specs=("$@")
 n=${#specs[@]}

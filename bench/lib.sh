@@ -220,3 +220,32 @@ trace_started() {
     echo "tracer $1: no 'tracing pid' line after 10 s" >&2
     exit 1
 }
+
+# hold_capture FILE: keeps FILE in the page cache (locked by a helper,
+# bench/page_cache.py --hold) until the calling script ends; prints what it
+# held. The helper ends with its parent (and is killed at exit by PID): call
+# this from the script itself, not from a subshell.
+hold_capture() {
+    local out
+    out=$(mktemp /tmp/tcpdoctor-hold.XXXXXX)
+    python3 "$(dirname "${BASH_SOURCE[0]}")/page_cache.py" --hold "$1" >"$out" 2>&1 &
+    HOLDERS+=("$!")
+    for _ in $(seq 300); do
+        [ -s "$out" ] && break
+        kill -0 "$!" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "== page cache: $(cat "$out")"
+    rm -f "$out"
+}
+
+# stop_holding: ends hold_capture's helpers (for an EXIT trap).
+stop_holding() {
+    local p
+    for p in "${HOLDERS[@]}"; do
+        kill "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    HOLDERS=()
+}
+HOLDERS=()

@@ -6,16 +6,28 @@ floor program's time, and every ratio to it: bench/RESULTS.md).
     bench/page_cache.py FILE              prints e.g. "82757 pages, 99.4 % in large folios"
     bench/page_cache.py --small SRC DEST  copies SRC to DEST in 4 KiB writes: small folios
     bench/page_cache.py --large FILE      evicts FILE's pages and reads it back: large folios
+    bench/page_cache.py --hold FILE       keeps FILE's pages cached (mlock) until killed
 
 Reading folio sizes needs root (/proc/self/pagemap's frame numbers and
-/proc/kpageflags); without it the first form prints "unknown". The other two
+/proc/kpageflags); without it the first form prints "unknown". The next two
 touch only the named files (posix_fadvise), never the rest of the host's cache.
+
+`--hold` is for the benches: on a host that pages cold page cache out (this
+VM's DAMON does, ~5 MB/s on average), a capture read every second still lost
+pages between runs, and each run of it waited on 0-55 reads from disk (major
+faults); those waits added ~11 ms to every run and moved the ratios between
+runs toward 1 (bench/RESULTS.md, twenty-seventh session). Locked, the pages
+stay where they are (folio sizes too). It prints one line once the file is
+locked (or why it is not, which leaves it unheld), then waits; it ends on
+SIGTERM, or when its parent does (the bench that started it).
 """
 import ctypes
 import mmap
 import os
+import signal
 import struct
 import sys
+import time
 
 KPF_COMPOUND_HEAD, KPF_COMPOUND_TAIL = 1 << 15, 1 << 16
 PFN_MASK = (1 << 55) - 1
@@ -73,11 +85,45 @@ def large(path):
             pass
 
 
+def hold(path):
+    """Locks `path`'s pages in memory: a shared, read-only mapping (no
+    copies), locked whole; then waits until killed or orphaned."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    parent = os.getppid()
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        print(f"{path}: not held (cannot open it: {e.strerror})", flush=True)
+        return 1
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        prot_read, map_shared = 1, 1
+        addr = libc.mmap(None, size, prot_read, map_shared, f.fileno(), 0) if size else None
+    if not addr or addr == ctypes.c_void_p(-1).value:
+        print(f"{path}: not held (cannot map it: {os.strerror(ctypes.get_errno())})", flush=True)
+    elif libc.mlock(addr, size) != 0:
+        print(f"{path}: not held (mlock: {os.strerror(ctypes.get_errno())}; needs root or a larger RLIMIT_MEMLOCK)", flush=True)
+    else:
+        print(f"{path}: {size} bytes held in the page cache (mlock)", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # The parent may have died before prctl took effect: then end too.
+    while os.getppid() == parent:
+        time.sleep(1)
+    return 0
+
+
 def main(argv):
     if len(argv) == 3 and argv[0] == "--small":
         small(argv[1], argv[2])
     elif len(argv) == 2 and argv[0] == "--large":
         large(argv[1])
+    elif len(argv) == 2 and argv[0] == "--hold":
+        return hold(argv[1])
     elif len(argv) == 1 and not argv[0].startswith("--"):
         s = share(argv[0])
         if s is None:
@@ -87,7 +133,7 @@ def main(argv):
             pct = 100.0 * big / pages if pages else 0.0
             print(f"{pages} pages, {pct:.1f} % in large folios")
     else:
-        print("usage: page_cache.py FILE | --small SRC DEST | --large FILE", file=sys.stderr)
+        print("usage: page_cache.py FILE | --small SRC DEST | --large FILE | --hold FILE", file=sys.stderr)
         return 2
     return 0
 
