@@ -18,8 +18,8 @@ pages between runs, and each run of it waited on 0-55 reads from disk (major
 faults); those waits added ~11 ms to every run and moved the ratios between
 runs toward 1 (bench/RESULTS.md, twenty-seventh session). Locked, the pages
 stay where they are (folio sizes too). It prints one line once the file is
-locked (or why it is not, which leaves it unheld), then waits; it ends on
-SIGTERM, or when its parent does (the bench that started it).
+locked, then waits, and ends on SIGTERM or when its parent does (the bench
+that started it); or it says why the file is not held, and ends at once.
 """
 import ctypes
 import mmap
@@ -106,10 +106,11 @@ def hold(path):
         addr = libc.mmap(None, size, prot_read, map_shared, f.fileno(), 0) if size else None
     if not addr or addr == ctypes.c_void_p(-1).value:
         print(f"{path}: not held (cannot map it: {os.strerror(ctypes.get_errno())})", flush=True)
-    elif libc.mlock(addr, size) != 0:
+        return 1
+    if libc.mlock(addr, size) != 0:
         print(f"{path}: not held (mlock: {os.strerror(ctypes.get_errno())}; needs root or a larger RLIMIT_MEMLOCK)", flush=True)
-    else:
-        print(f"{path}: {size} bytes held in the page cache (mlock)", flush=True)
+        return 1
+    print(f"{path}: {size} bytes held in the page cache (mlock)", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # The parent may have died before prctl took effect: then end too.
     while os.getppid() == parent:
