@@ -92,9 +92,11 @@ def hold(path):
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    parent = os.getppid()
     pr_set_pdeathsig = 1
     libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-    parent = os.getppid()
+    if os.getppid() != parent:
+        return 0  # the parent ended before the signal was asked for
     try:
         f = open(path, "rb")
     except OSError as e:
@@ -102,8 +104,11 @@ def hold(path):
         return 1
     with f:
         size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            print(f"{path}: not held (empty)", flush=True)
+            return 1
         prot_read, map_shared = 1, 1
-        addr = libc.mmap(None, size, prot_read, map_shared, f.fileno(), 0) if size else None
+        addr = libc.mmap(None, size, prot_read, map_shared, f.fileno(), 0)
     if not addr or addr == ctypes.c_void_p(-1).value:
         print(f"{path}: not held (cannot map it: {os.strerror(ctypes.get_errno())})", flush=True)
         return 1
@@ -112,7 +117,6 @@ def hold(path):
         return 1
     print(f"{path}: {size} bytes held in the page cache (mlock)", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    # The parent may have died before prctl took effect: then end too.
     while os.getppid() == parent:
         time.sleep(1)
     return 0
