@@ -107,8 +107,7 @@ def hold(path):
         if size == 0:
             print(f"{path}: not held (empty)", flush=True)
             return 1
-        prot_read, map_shared = 1, 1
-        addr = libc.mmap(None, size, prot_read, map_shared, f.fileno(), 0)
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
     if not addr or addr == ctypes.c_void_p(-1).value:
         print(f"{path}: not held (cannot map it: {os.strerror(ctypes.get_errno())})", flush=True)
         return 1
