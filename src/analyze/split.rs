@@ -62,10 +62,7 @@ pub(super) fn shard_of(link: LinkType, data: &[u8], of: usize) -> usize {
     // costs this once more, in the sort).
     if link == LinkType::ETHERNET
         && let Some(h) = data.get(..38)
-        && h[12..14] == [8, 0]
-        && h[14] == 0x45
-        && h[23] == 6
-        && h[20] & 0x3f | h[21] == 0
+        && wire::plain_ipv4_tcp(h)
     {
         return ends_owner(&h[14..34], &h[34..38], of);
     }
@@ -200,31 +197,13 @@ mod tests {
     /// connection's shard.
     #[test]
     fn the_quick_owner_is_the_general_one() {
-        let mut files = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data"))];
+        use crate::capture::test_files::{captures, variants};
         let mut frames = 0;
-        while let Some(p) = files.pop() {
-            if p.is_dir() {
-                files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
-                continue;
-            }
-            if !p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
-                continue;
-            }
-            let bytes = std::fs::read(&p).unwrap();
+        for (p, bytes) in captures() {
             let (packets, _) = all_packets(&bytes).unwrap();
             for pk in packets {
-                let mut variants = vec![pk.data.to_vec()];
-                for (at, x) in [(12, 0x81), (14, 0x46), (14, 0x44), (14, 0x55), (20, 0x20), (23, 17)] {
-                    let mut d = pk.data.to_vec();
-                    if let Some(b) = d.get_mut(at) {
-                        *b = x;
-                        variants.push(d);
-                    }
-                }
-                for cut in [37, 60, 66, 74, 80, 96, 128] {
-                    variants.push(pk.data[..pk.data.len().min(cut)].to_vec());
-                }
-                for d in &variants {
+                let changes = [(12, 0x81), (14, 0x46), (14, 0x44), (14, 0x55), (20, 0x20), (23, 17)];
+                for d in &variants(pk.data, &changes, &[37, 60, 66, 74, 80, 96, 128]) {
                     for of in 2..5 {
                         let quick = shard_of(pk.link, d, of);
                         assert_eq!(quick, slow_shard_of(pk.link, d, of), "{}: frame {}", p.display(), pk.frame);

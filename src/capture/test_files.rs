@@ -38,3 +38,33 @@ pub(crate) fn resident_kb(path: &std::path::Path) -> u64 {
     }
     panic!("{name} is not mapped");
 }
+
+/// Every pcap and pcapng file in tests/data and its folders: path and bytes.
+pub(crate) fn captures() -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut dirs = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data"))];
+    let mut out = Vec::new();
+    while let Some(p) = dirs.pop() {
+        if p.is_dir() {
+            dirs.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else if p.extension().is_some_and(|x| x == "pcap" || x == "pcapng") {
+            let bytes = std::fs::read(&p).unwrap();
+            out.push((p, bytes));
+        }
+    }
+    out
+}
+
+/// `frame`, then a copy of it for each `(offset, byte)` change that falls
+/// inside it, then its first `cut` bytes for each cut (as a snap length cuts it).
+pub(crate) fn variants(frame: &[u8], changes: &[(usize, u8)], cuts: &[usize]) -> Vec<Vec<u8>> {
+    let mut out = vec![frame.to_vec()];
+    for &(at, x) in changes {
+        let mut d = frame.to_vec();
+        if let Some(b) = d.get_mut(at) {
+            *b = x;
+            out.push(d);
+        }
+    }
+    out.extend(cuts.iter().map(|&cut| frame[..frame.len().min(cut)].to_vec()));
+    out
+}
