@@ -442,7 +442,8 @@ ip netns del "$NS_R" 2>/dev/null || true
 #     analyze took for server think time (app_latency, "not in TCP"). The run
 #     is repeated (at most 10 times) until at least 3 responses have such a
 #     probe-released segment at the server's end and some segment was re-sent
-#     (lab/timer_gaps.py), so the capture shows both causes.
+#     (lab/timer_gaps.py), and tshark sees a re-send at the client's end too,
+#     so both captures show both causes.
 if want loss_nagle; then
     log "loss_nagle (3 % random loss + Nagle, port 28121)"
     for n in "$NS_LA" "$NS_LB" "$NS_LR"; do
@@ -484,8 +485,12 @@ EOF
         stop "$s1"
         cap_stop "$c1"; stop "$c2"
         read -r gaps responses resent < <(python3 "$LAB/timer_gaps.py" "$WORK/loss_nagle_srv.pcap" 28121)
-        echo "attempt $try: $gaps of $responses responses released by the loss timer, $resent segments re-sent"
-        if [ "$gaps" -ge 3 ] && [ "$resent" -ge 1 ]; then break; fi
+        # The client's end sees a re-send only when one of its own segments
+        # was lost, or a server segment with later data behind it: a run
+        # whose losses were all tails shows none there, so it is run again.
+        cli_resent=$(tshark -r "$WORK/loss_nagle_cli.pcap" -Y tcp.analysis.retransmission 2>/dev/null | wc -l)
+        echo "attempt $try: $gaps of $responses responses released by the loss timer, $resent segments re-sent ($cli_resent seen re-sent at the client)"
+        if [ "$gaps" -ge 3 ] && [ "$resent" -ge 1 ] && [ "$cli_resent" -ge 1 ]; then break; fi
         [ "$try" -lt 10 ] || { echo "no run showed the case" >&2; exit 1; }
     done
     ip netns exec "$NS_LR" nft list table inet tcpdoc_loss3 | grep counter
