@@ -16,6 +16,7 @@ BINARY defaults to the command callgrind recorded; it must be the same file
 (with its debug info: the release profile keeps line tables).
 """
 import collections
+import functools
 import os
 import shutil
 import subprocess
@@ -88,14 +89,20 @@ def addr2line():
     die("no addr2line: rustup component add llvm-tools (or apt install binutils)")
 
 
+@functools.cache
+def ours(path):
+    """Whether `path` (under some src/) is a file of this crate's src/."""
+    return os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", path))
+
+
 def layer_of(chain):
     """The layer of an instruction from its inline chain (innermost first)."""
     for func, loc in chain:
         if "/src/" not in loc:
             continue
         rel = loc.split("/src/", 1)[1]
-        if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", rel.split(":")[0])):
-            continue  # a dependency's src/, not ours
+        if not ours(rel.split(":")[0]):
+            continue  # a dependency's src/
         if rel.startswith("tcp/table.rs") and "Tracker" in func and "segment" in func:
             return "lookup"
         for name, prefixes in LAYERS:
@@ -108,9 +115,17 @@ def layer_of(chain):
 def main():
     if len(sys.argv) not in (3, 4):
         die("usage: callgrind_layers.py CALLGRIND.OUT PACKETS [BINARY]")
-    costs, cmd = costs_by_address(sys.argv[1])
+    if not sys.argv[2].isdigit() or int(sys.argv[2]) == 0:
+        die(f"PACKETS must be the capture's packet count, not {sys.argv[2]!r}")
     packets = int(sys.argv[2])
-    binary = sys.argv[3] if len(sys.argv) == 4 else (cmd or "").split()[0] if cmd else None
+    try:
+        costs, cmd = costs_by_address(sys.argv[1])
+    except OSError as e:
+        die(f"{sys.argv[1]}: {e.strerror}")
+    if len(sys.argv) == 4:
+        binary = sys.argv[3]
+    else:
+        binary = cmd.split()[0] if cmd else None
     if not binary or not os.path.exists(binary):
         die(f"the profiled binary ({binary!r}) is not there; name it as the third argument")
     addrs = sorted(costs)
