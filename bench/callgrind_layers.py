@@ -81,8 +81,10 @@ def costs_by_address(path):
 
 
 def addr2line():
-    sysroot = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True).stdout.strip()
-    for tool in [os.path.join(sysroot, "lib/rustlib/x86_64-unknown-linux-gnu/bin/llvm-addr2line"),
+    rustc = lambda *a: subprocess.run(["rustc", *a], capture_output=True, text=True).stdout  # noqa: E731
+    sysroot = rustc("--print", "sysroot").strip()
+    host = next((l.split()[1] for l in rustc("-vV").splitlines() if l.startswith("host:")), "")
+    for tool in [os.path.join(sysroot, "lib/rustlib", host, "bin/llvm-addr2line"),
                  shutil.which("llvm-addr2line"), shutil.which("addr2line")]:
         if tool and os.path.exists(tool):
             return tool

@@ -100,12 +100,13 @@ pub fn json(s: &str) -> Cow<'_, str> {
     // Only non-ASCII characters are escaped here, and a report is nearly
     // always ASCII: one quick test of its bytes instead of a look at each
     // character (~30 instructions a byte, most of the report's output time).
-    if s.is_ascii() || !s.chars().any(|c| is_control(c) && !c.is_ascii()) {
+    let escaped = |c: char| !c.is_ascii() && is_control(c);
+    if s.is_ascii() || !s.chars().any(escaped) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 16);
     for c in s.chars() {
-        if is_control(c) && !c.is_ascii() {
+        if escaped(c) {
             let _ = write!(out, "\\u{:04x}", u32::from(c));
         } else {
             out.push(c);
